@@ -1,0 +1,92 @@
+"""Where model files come from: a built-in generated model, a local directory, or the
+Hugging Face hub (its local cache first, then a download).
+
+Shared by every slot. No Ray, no MLX: built-in models are passed in as generator callables.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+# Builtin generators take the cache directory and return the model directory.
+BuiltinGenerators = Mapping[str, Callable[[Path], Path]]
+
+
+class ModelUnavailable(Exception):
+    """The model cannot be found locally and cannot be downloaded; the message says why."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("OMINIX_CACHE_DIR", "~/.cache/ominix-serve")).expanduser()
+
+
+def looks_like_repo_id(model_id: str) -> bool:
+    parts = model_id.split("/")
+    return len(parts) == 2 and all(parts) and not model_id.startswith((".", "/", "~"))
+
+
+def resolve_model_dir(
+    model_id: str,
+    *,
+    builtins: BuiltinGenerators,
+    cache_dir: Optional[Path] = None,
+    allow_patterns: Optional[Sequence[str]] = None,
+) -> Path:
+    """The local directory holding `model_id`'s files, generating or downloading them if needed."""
+    cache_dir = Path(cache_dir or default_cache_dir()).expanduser()
+    if model_id in builtins:
+        return builtins[model_id](cache_dir)
+    local = Path(model_id).expanduser()
+    if local.is_dir():
+        return local
+    if not looks_like_repo_id(model_id):
+        raise ModelUnavailable(
+            f"Model '{model_id}' is neither a built-in model ({', '.join(builtins) or 'none'}), "
+            "an existing local directory, nor a Hugging Face repo id (owner/name)."
+        )
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(model_id, allow_patterns=allow_patterns, local_files_only=True)
+        )
+    except Exception:
+        pass  # not cached (completely); try the hub
+    logger.info("Downloading model %s from the Hugging Face hub", model_id)
+    try:
+        return Path(snapshot_download(model_id, allow_patterns=allow_patterns))
+    except Exception as e:
+        raise ModelUnavailable(
+            f"Model '{model_id}' is not in the local Hugging Face cache and could not be "
+            f"downloaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}). "
+            f"On a machine with network run `hf download {model_id}` first, or point the "
+            "config at a local directory."
+        ) from None
+
+
+def check_model_available(model_id: str, *, builtins: BuiltinGenerators) -> None:
+    """Cheap start-up check: fail fast, naming the model, before replicas try to load it."""
+    if model_id in builtins or Path(model_id).expanduser().is_dir():
+        return
+    if not looks_like_repo_id(model_id):
+        resolve_model_dir(model_id, builtins=builtins)  # raises with the reason
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model_id, "config.json")
+    if isinstance(cached, str):
+        return
+    from huggingface_hub import model_info
+
+    try:
+        model_info(model_id, timeout=10)
+    except Exception as e:
+        raise ModelUnavailable(
+            f"Model '{model_id}' is not in the local Hugging Face cache and the hub cannot "
+            f"provide it ({type(e).__name__}). On a machine with network run "
+            f"`hf download {model_id}` first, or use a local directory."
+        ) from None

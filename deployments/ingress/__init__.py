@@ -1,0 +1,1 @@
+"""The ingress deployment: HTTP concerns only (parse, validate, route, stream). Holds no model."""

@@ -1,0 +1,82 @@
+"""Every error the ingress answers is OpenAI-shaped: this module maps FastAPI's and Ray's
+exceptions onto `APIError`, so no route ever returns FastAPI's 422 `detail` list or an HTML page.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from deployments.protocol.errors import APIError, error_body, server_error, unavailable
+
+logger = logging.getLogger("ray.serve")
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code)
+
+
+def from_exception(exc: BaseException) -> APIError:
+    """The APIError behind an exception that may have crossed a Ray handle."""
+    from ray import exceptions as ray_exceptions
+    from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+    if isinstance(exc, ray_exceptions.RayTaskError) and exc.cause is not None:
+        exc = exc.cause
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, (BackPressureError, DeploymentUnavailableError)):
+        return unavailable(f"The model slot is overloaded or unavailable: {exc}")
+    if isinstance(exc, ray_exceptions.ActorDiedError):
+        return unavailable("A model replica died while serving the request; retry it")
+    logger.exception("Unexpected error", exc_info=exc)
+    return server_error(f"Internal error: {type(exc).__name__}: {exc}")
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "Invalid request", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return f"Invalid JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}", None
+    msg = first.get("msg", "invalid value").removeprefix("Value error, ")
+    param = ".".join(loc) or None
+    if param and not msg.startswith(loc[0] + ":"):
+        msg = f"{param}: {msg}"
+    if len(errors) > 1:
+        msg += f" (and {len(errors) - 1} more problems)"
+    return msg, param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        message, param = _validation_message(exc)
+        return error_response(APIError(400, message, "invalid_request_error", param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            message = f"Invalid URL ({request.method} {request.url.path})"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return JSONResponse(
+            error_body(message, kind), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        return error_response(from_exception(exc))

@@ -1,0 +1,78 @@
+"""POST /v1/chat/completions on the LLM slot: JSON or true token streaming (SSE)."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Depends
+
+from deployments.ingress.serving import SlotStream, serve_generation
+from deployments.ingress.state import IngressState, ingress_state
+from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.openai import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    DeltaMessage,
+    ToolCallDelta,
+    random_id,
+)
+
+router = APIRouter(tags=["chat"])
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(
+    request: ChatCompletionRequest, state: IngressState = Depends(ingress_state)
+):
+    request_id = random_id("chatcmpl")
+
+    def to_response(total: GenerationChunk, model: str) -> ChatCompletionResponse:
+        message = AssistantMessage(
+            content=total.content if (total.content or not total.tool_calls) else None,
+            reasoning_content=total.reasoning_content or None,
+            tool_calls=total.tool_calls or None,
+        )
+        choice = ChatChoice(message=message, finish_reason=total.finish_reason)
+        return ChatCompletionResponse(id=request_id, model=model, choices=[choice], usage=total.usage)
+
+    def to_events(stream: SlotStream, model: str) -> AsyncIterator[ChatCompletionChunk]:
+        return _chat_events(stream, request_id, model, request.include_usage())
+
+    return await serve_generation(state, "chat", request, to_events, to_response)
+
+
+async def _chat_events(
+    stream: SlotStream, request_id: str, model: str, include_usage: bool
+) -> AsyncIterator[ChatCompletionChunk]:
+    def chunk(delta: DeltaMessage, finish_reason=None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=request_id,
+            model=model,
+            choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)],
+        )
+
+    yield chunk(DeltaMessage(role="assistant", content=""))
+    tool_index = 0
+    usage = None
+    async for part in stream.chunks():
+        tool_deltas = []
+        for call in part.tool_calls:
+            tool_deltas.append(ToolCallDelta(index=tool_index, **call.model_dump()))
+            tool_index += 1
+        if part.content or part.reasoning_content or tool_deltas:
+            yield chunk(
+                DeltaMessage(
+                    content=part.content or None,
+                    reasoning_content=part.reasoning_content or None,
+                    tool_calls=tool_deltas or None,
+                )
+            )
+        if part.finish_reason is not None:
+            usage = part.usage
+            yield chunk(DeltaMessage(), part.finish_reason)
+    if include_usage and usage is not None:
+        yield ChatCompletionChunk(id=request_id, model=model, choices=[], usage=usage)

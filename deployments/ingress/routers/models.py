@@ -1,0 +1,23 @@
+"""GET /v1/models: the OpenAI model list, one entry per model id the graph serves."""
+
+from fastapi import APIRouter, Depends
+
+from deployments.ingress.serving import json_response
+from deployments.ingress.state import IngressState, ingress_state
+from deployments.protocol.errors import APIError
+from deployments.protocol.openai import ModelList
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/v1/models")
+async def list_models(state: IngressState = Depends(ingress_state)):
+    return json_response(ModelList(data=state.catalog.cards()))
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, state: IngressState = Depends(ingress_state)):
+    for card in state.catalog.cards():
+        if card.id == model_id:
+            return json_response(card)
+    raise APIError(404, f"The model '{model_id}' does not exist", "invalid_request_error", "model", "model_not_found")

@@ -1,0 +1,38 @@
+"""Configuration of the LLM slot (the `llm:` block of the graph args)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deployments.llm.engine import EngineConfig
+from deployments.llm.tiny_model import TINY_LLM_ID
+
+
+class LLMSlotConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    default_model: str = Field(
+        TINY_LLM_ID, description="Served when a request names no model; loaded at start-up"
+    )
+    models: list[str] = Field(
+        default_factory=list, description="Other model ids requests may name (the allow-list)"
+    )
+    max_models_per_replica: int = Field(2, ge=1)
+    max_batch_size: int = Field(32, ge=1, description="Sequences decoded together per replica")
+    prefill_batch_size: int = Field(8, ge=1)
+    prefill_step_size: int = Field(2048, ge=16)
+    batching: bool = Field(True, description="False: one sequence at a time (a baseline)")
+    default_max_tokens: int = Field(2048, ge=1)
+
+    def allowed_models(self) -> list[str]:
+        return list(dict.fromkeys([self.default_model, *self.models]))
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            max_batch_size=self.max_batch_size,
+            prefill_batch_size=self.prefill_batch_size,
+            prefill_step_size=self.prefill_step_size,
+            batching=self.batching,
+            default_max_tokens=self.default_max_tokens,
+        )

@@ -1,0 +1,111 @@
+"""The LLM slot as a Ray Serve deployment: a thin adapter from Serve to `LLMEngine`.
+
+Each replica holds up to `max_models_per_replica` engines, chosen per request through Serve
+model multiplexing (the ingress sets `multiplexed_model_id`), so requests for one model are
+routed to replicas that already hold it. The default model is loaded before the replica
+reports ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from pathlib import Path
+from typing import AsyncIterator, Optional
+
+from ray import serve
+
+from deployments.hub import default_cache_dir, resolve_model_dir
+from deployments.llm.config import LLMSlotConfig
+from deployments.llm.engine import LLMEngine, SamplingParams
+from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
+from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
+from deployments.protocol.errors import APIError, model_not_found, unavailable
+from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+logger = logging.getLogger("ray.serve")
+
+BUILTIN_LLMS = {TINY_LLM_ID: ensure_tiny_llm}
+# What mlx-lm needs from a Hugging Face repo (the same patterns mlx_lm.load downloads).
+LLM_FILE_PATTERNS = [
+    "*.json", "model*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt", "*.jsonl", "*.jinja",
+]
+
+
+@serve.deployment(name="LLM", max_ongoing_requests=64, health_check_period_s=10)
+class LLMSlot:
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None):
+        self.config = LLMSlotConfig.model_validate(config)
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self._engines: weakref.WeakSet[LLMEngine] = weakref.WeakSet()
+
+        # Serve's multiplexer keeps its LRU on the decorated callable, which must accept
+        # attributes: a plain closure, not a bound method.
+        async def load_engine(model_id: str) -> LLMEngine:
+            return await self._load_engine(model_id)
+
+        self._get_engine = serve.multiplexed(
+            max_num_models_per_replica=self.config.max_models_per_replica
+        )(load_engine)
+        await self._get_engine(self.config.default_model)
+
+    async def _load_engine(self, model_id: str) -> LLMEngine:
+        model_dir = await asyncio.to_thread(
+            resolve_model_dir,
+            model_id,
+            builtins=BUILTIN_LLMS,
+            cache_dir=self.cache_dir,
+            allow_patterns=LLM_FILE_PATTERNS,
+        )
+        engine = await LLMEngine.start(model_id, model_dir, self.config.engine_config())
+        self._engines.add(engine)
+        if model_id in BUILTIN_LLMS:
+            logger.warning(
+                "LLM slot serves the built-in tiny model '%s': random weights, meaningless "
+                "output. Use a real model with e.g. "
+                "LLM_MODEL=mlx-community/Qwen3-0.6B-4bit serve run serve_config.yaml",
+                model_id,
+            )
+        return engine
+
+    async def _engine(self) -> LLMEngine:
+        model_id = serve.get_multiplexed_model_id() or self.config.default_model
+        if model_id not in self.config.allowed_models():
+            raise model_not_found(model_id, self.config.allowed_models())
+        try:
+            return await self._get_engine(model_id)
+        except APIError:
+            raise
+        except Exception as e:
+            raise unavailable(f"Model '{model_id}' could not be loaded: {e}") from None
+
+    async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:
+        engine = await self._engine()
+        prompt = await asyncio.to_thread(chat_prompt, engine.tokenizer, request)
+        async for chunk in self._generate(engine, prompt, request, request.template_tools()):
+            yield chunk
+
+    async def completions(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
+        engine = await self._engine()
+        prompt = await asyncio.to_thread(completion_prompt, engine.tokenizer, request)
+        async for chunk in self._generate(engine, prompt, request, None):
+            yield chunk
+
+    async def _generate(self, engine, prompt: Prompt, request, tools) -> AsyncIterator[GenerationChunk]:
+        max_tokens = engine.resolve_max_tokens(len(prompt.token_ids), request.token_budget())
+        params = SamplingParams.from_request(request, max_tokens, engine.generation_defaults)
+        engine.check_params(params)
+        async for chunk in engine.generate(prompt, params, tools):
+            yield chunk
+
+    def stats(self) -> dict:
+        """This replica's engines: sequences running, finished, aborted; tokens generated."""
+        return {e.model_id: dict(e.stats) for e in list(self._engines) if not e.closed}
+
+    def check_health(self) -> None:
+        # A replica whose engine thread died cannot serve: let Serve replace it.
+        for engine in list(self._engines):
+            if engine.thread_died():
+                raise RuntimeError(f"Engine thread for {engine.model_id} died")

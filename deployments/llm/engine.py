@@ -1,0 +1,440 @@
+"""The LLM engine: one MLX model, one thread that owns it, continuous batching.
+
+Requests arrive from the replica's asyncio loop; the engine thread inserts them into mlx-lm's
+`BatchGenerator`, steps the batch, and hands each sequence's new text back to its request's
+asyncio queue. A sequence joins the running batch as soon as it arrives and leaves it when it
+finishes, hits a stop string, or its client goes away, without waiting for the others.
+With `batching=False` the same loop decodes one sequence at a time (what a single inference
+thread such as OminiX-API's does), which the benchmarks use as a baseline.
+
+No Ray here: the Serve deployment is a thin wrapper around this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Optional
+
+from deployments.llm.output import OutputParser, ParsedText
+from deployments.llm.prompts import Prompt
+from deployments.llm.tool_calls import parse_tool_calls
+from deployments.protocol.errors import APIError, invalid_request, server_error
+from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.openai import SamplingRequest, UsageInfo
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineConfig:
+    max_batch_size: int = 32  # sequences decoded together
+    prefill_batch_size: int = 8  # prompts prefilled together
+    prefill_step_size: int = 2048  # prompt tokens per prefill step
+    batching: bool = True
+    default_max_tokens: int = 2048
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    logit_bias: Optional[dict[int, float]] = None
+    seed: Optional[int] = None
+    stop: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_request(
+        cls, request: SamplingRequest, max_tokens: int, defaults: dict[str, Any]
+    ) -> "SamplingParams":
+        def pick(name: str, fallback: Any) -> Any:
+            value = getattr(request, name)
+            return value if value is not None else defaults.get(name, fallback)
+
+        return cls(
+            max_tokens=max_tokens,
+            temperature=pick("temperature", 1.0),
+            top_p=pick("top_p", 1.0),
+            top_k=pick("top_k", 0),
+            min_p=pick("min_p", 0.0),
+            repetition_penalty=pick("repetition_penalty", None),
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()} or None,
+            seed=request.seed,
+            stop=request.stop_list(),
+        )
+
+
+@dataclass
+class _Sequence:
+    """One request's life inside the engine."""
+
+    prompt: Prompt
+    params: SamplingParams
+    tools: Optional[list[dict[str, Any]]]
+    loop: asyncio.AbstractEventLoop
+    outbox: asyncio.Queue
+    uid: Optional[int] = None
+    parser: Optional[OutputParser] = None
+    detokenizer: Any = None
+    completion_tokens: int = 0
+    made_tool_call: bool = False
+    done: bool = False
+
+    def send(self, item: GenerationChunk | BaseException) -> None:
+        self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
+
+
+_STOP_THREAD = object()
+# How a token left its sequence (see LLMEngine._on_token).
+_RUNNING, _FINISHED, _STOPPED_BY_PARSER = object(), object(), object()
+
+
+class LLMEngine:
+    """Owns one model. Create with `await LLMEngine.start(...)`, release with `shutdown()`."""
+
+    def __init__(self, model_id: str, model_dir: Path, config: EngineConfig):
+        self.model_id = model_id
+        self.model_dir = Path(model_dir)
+        self.config = config
+        self.tokenizer: Any = None
+        self.context_length: Optional[int] = None
+        self.generation_defaults: dict[str, Any] = {}
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._loaded = threading.Event()
+        self._load_error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name=f"mlx-llm:{model_id}", daemon=True)
+        self._closed = False
+        # Written by the engine thread only; read for status and tests.
+        self.stats = {"running": 0, "finished": 0, "aborted": 0, "generated_tokens": 0}
+
+    @classmethod
+    async def start(cls, model_id: str, model_dir: Path, config: EngineConfig) -> "LLMEngine":
+        engine = cls(model_id, model_dir, config)
+        engine._thread.start()
+        await asyncio.to_thread(engine._loaded.wait)
+        if engine._load_error is not None:
+            raise engine._load_error
+        return engine
+
+    # ------------------------------------------------------------------ asyncio side
+
+    def resolve_max_tokens(self, prompt_len: int, requested: Optional[int]) -> int:
+        room = None if self.context_length is None else self.context_length - prompt_len
+        if room is not None and room <= 0:
+            raise invalid_request(
+                f"The prompt has {prompt_len} tokens; this model's context length is "
+                f"{self.context_length} tokens.",
+                "messages",
+                "context_length_exceeded",
+            )
+        if requested is None:
+            default = self.config.default_max_tokens
+            return default if room is None else min(default, room)
+        if room is not None and requested > room:
+            raise invalid_request(
+                f"This model's context length is {self.context_length} tokens; the prompt "
+                f"uses {prompt_len} and max_tokens asks for {requested}.",
+                "max_tokens",
+                "context_length_exceeded",
+            )
+        return requested
+
+    def check_params(self, params: SamplingParams) -> None:
+        vocab = len(self.tokenizer)
+        for token in params.logit_bias or {}:
+            if not 0 <= token < vocab:
+                raise invalid_request(f"logit_bias: token id {token} is not in [0, {vocab})", "logit_bias")
+
+    async def generate(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        tools: Optional[list[dict[str, Any]]] = None,
+    ) -> AsyncIterator[GenerationChunk]:
+        """Stream the generation; closing the iterator early removes it from the batch."""
+        if self._closed:
+            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        seq = _Sequence(prompt, params, tools, asyncio.get_running_loop(), asyncio.Queue())
+        self._inbox.put(seq)
+        try:
+            while True:
+                chunk = await seq.outbox.get()
+                # Under load several deltas are waiting: send them as one.
+                while isinstance(chunk, GenerationChunk) and not seq.outbox.empty():
+                    nxt = seq.outbox.get_nowait()
+                    if isinstance(nxt, BaseException):
+                        raise nxt
+                    chunk = chunk.merge(nxt)
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                yield chunk
+                if chunk.finish_reason is not None:
+                    return
+        finally:
+            if not seq.done:
+                seq.done = True  # read by the engine thread: drop it from the batch
+                self._inbox.put(("abort", seq))
+
+    def shutdown(self) -> None:
+        """Stop the thread and free the model's memory. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(_STOP_THREAD)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=60)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def thread_died(self) -> bool:
+        return not self._closed and not self._thread.is_alive()
+
+    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
+        self.shutdown()
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _run(self) -> None:
+        import mlx.core as mx
+
+        try:
+            self._load()
+        except BaseException as e:  # reported to start()
+            self._load_error = e
+            self._loaded.set()
+            return
+        self._loaded.set()
+        stream = mx.default_stream(mx.default_device())
+        try:
+            self._loop(stream)
+        finally:
+            self._model = None
+            self._batch = None
+            gc.collect()
+            mx.clear_cache()
+            logger.info("Engine for %s stopped and its memory released", self.model_id)
+
+    def _load(self) -> None:
+        import mlx_lm
+
+        t0 = time.perf_counter()
+        self._model, self.tokenizer, model_config = mlx_lm.load(
+            str(self.model_dir), return_config=True
+        )
+        self.context_length = model_config.get("max_position_embeddings")
+        gen_config = self.model_dir / "generation_config.json"
+        if gen_config.exists():
+            raw = json.loads(gen_config.read_text())
+            self.generation_defaults = {
+                k: raw[k]
+                for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+                if raw.get(k) is not None
+            }
+        logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
+
+    def _new_batch(self, stream):
+        from mlx_lm.generate import BatchGenerator
+
+        size = self.config.max_batch_size if self.config.batching else 1
+        prefill = self.config.prefill_batch_size if self.config.batching else 1
+        return BatchGenerator(
+            self._model,
+            completion_batch_size=size,
+            prefill_batch_size=min(prefill, size),
+            prefill_step_size=self.config.prefill_step_size,
+            stream=stream,
+        )
+
+    def _loop(self, stream) -> None:
+        self._batch = self._new_batch(stream)
+        active: dict[int, _Sequence] = {}
+        while True:
+            if not self._take_inbox(active, block=not active):
+                return
+            if not active:
+                continue
+            try:
+                _, responses = self._batch.next()
+            except Exception as e:  # never let one bad step kill the replica
+                logger.exception("Batch step failed; failing %d sequences", len(active))
+                for seq in active.values():
+                    seq.done = True
+                    seq.send(server_error(f"Generation failed: {e}"))
+                active.clear()
+                self._batch = self._new_batch(stream)
+                continue
+            stopped_by_us = []
+            for r in responses:
+                seq = active.get(r.uid)
+                if seq is None:
+                    continue
+                outcome = self._on_token(seq, r.token, r.finish_reason)
+                if outcome is not _RUNNING:
+                    del active[r.uid]
+                    self.stats["finished"] += 1
+                if outcome is _STOPPED_BY_PARSER:
+                    # The batch generator drops the sequences it finishes; these it cannot know.
+                    stopped_by_us.append(r.uid)
+            if stopped_by_us:
+                self._batch.remove(stopped_by_us)
+            self.stats["running"] = len(active)
+            self.stats["generated_tokens"] += len(responses)
+
+    def _take_inbox(self, active: dict[int, _Sequence], block: bool) -> bool:
+        """Admit new sequences and apply aborts. False when the engine must stop."""
+        while True:
+            try:
+                item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+            block = False
+            if item is _STOP_THREAD:
+                for seq in active.values():
+                    seq.send(APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+                return False
+            if isinstance(item, tuple):  # ("abort", seq)
+                seq = item[1]
+                if seq.uid is not None and active.pop(seq.uid, None) is not None:
+                    self._batch.remove([seq.uid])
+                    self.stats["aborted"] += 1
+                    self.stats["running"] = len(active)
+                continue
+            if item.done:  # cancelled before it started
+                continue
+            try:
+                self._admit(item)
+            except APIError as e:
+                item.send(e)
+                continue
+            except Exception as e:
+                logger.exception("Could not start a sequence")
+                item.send(server_error(f"Could not start generation: {e}"))
+                continue
+            active[item.uid] = item
+            self.stats["running"] = len(active)
+
+    def _admit(self, seq: _Sequence) -> None:
+        from mlx_lm.generate import StopSequences
+
+        tok = self.tokenizer
+        think = (tok.think_start, tok.think_end) if tok.has_thinking and seq.prompt.split_reasoning else None
+        tool_call = (
+            (tok.tool_call_start, tok.tool_call_end)
+            if tok.has_tool_calling and seq.tools and tok.tool_call_end
+            else None
+        )
+        seq.parser = OutputParser(
+            stop=seq.params.stop, think=think, tool_call=tool_call, initial_state=seq.prompt.initial_state
+        )
+        seq.detokenizer = tok.detokenizer
+        (seq.uid,) = self._batch.insert(
+            [seq.prompt.token_ids],
+            max_tokens=[seq.params.max_tokens],
+            samplers=[_make_sampler(seq.params)],
+            logits_processors=[_make_logits_processors(seq.params)],
+            stop_sequences=[StopSequences([(t,) for t in tok.eos_token_ids])],
+        )
+
+    def _on_token(self, seq: _Sequence, token: int, finish_reason: Optional[str]) -> object:
+        """Feed one generated token to its sequence; say whether and how it ended."""
+        seq.completion_tokens += 1
+        detok = seq.detokenizer
+        if finish_reason != "stop":  # an end-of-sequence token is not text
+            detok.add_token(token)
+        if finish_reason is not None:
+            detok.finalize()
+        parsed = seq.parser.feed(detok.last_segment)
+        if parsed.stopped:
+            finish_reason = "stop"
+        if finish_reason is None:
+            chunk = self._chunk(seq, parsed)
+            if not chunk.is_empty():
+                seq.send(chunk)
+            return _RUNNING
+        tail = seq.parser.finish()
+        merged = ParsedText(
+            content=parsed.content + tail.content,
+            reasoning=parsed.reasoning + tail.reasoning,
+            tool_texts=parsed.tool_texts + tail.tool_texts,
+        )
+        chunk = self._chunk(seq, merged)
+        if finish_reason == "stop" and seq.made_tool_call:
+            finish_reason = "tool_calls"
+        chunk.finish_reason = finish_reason
+        prompt_tokens = len(seq.prompt.token_ids)
+        chunk.usage = UsageInfo(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=seq.completion_tokens,
+            total_tokens=prompt_tokens + seq.completion_tokens,
+        )
+        seq.done = True
+        seq.send(chunk)
+        return _STOPPED_BY_PARSER if parsed.stopped else _FINISHED
+
+    def _chunk(self, seq: _Sequence, parsed: ParsedText) -> GenerationChunk:
+        chunk = GenerationChunk(content=parsed.content, reasoning_content=parsed.reasoning)
+        if parsed.tool_texts:
+            calls, failed = parse_tool_calls(parsed.tool_texts, self.tokenizer.tool_parser, seq.tools)
+            chunk.tool_calls = calls
+            seq.made_tool_call = seq.made_tool_call or bool(calls)
+            # A call the parser could not read goes back to the client as text, not into a void.
+            for text in failed:
+                chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
+        return chunk
+
+
+def _make_sampler(params: SamplingParams):
+    from mlx_lm.sample_utils import make_sampler
+
+    if params.temperature == 0 or params.seed is None:
+        # Greedy requests share one sampler object, so the batch samples in one call.
+        return make_sampler(params.temperature, top_p=params.top_p, min_p=params.min_p, top_k=params.top_k)
+    return _seeded_sampler(params)
+
+
+def _seeded_sampler(params: SamplingParams):
+    """A sampler with its own random key: `seed` is reproducible even inside a batch."""
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    key = [mx.random.key(params.seed)]
+
+    def sample(logprobs):
+        if 0 < params.top_p < 1.0:
+            logprobs = apply_top_p(logprobs, params.top_p)
+        if params.min_p:
+            logprobs = apply_min_p(logprobs, params.min_p)
+        if params.top_k:
+            logprobs = apply_top_k(logprobs, params.top_k)
+        key[0], sub = mx.random.split(key[0])
+        return mx.random.categorical(logprobs * (1.0 / params.temperature), key=sub)
+
+    return sample
+
+
+def _make_logits_processors(params: SamplingParams):
+    from mlx_lm.sample_utils import make_logits_processors
+
+    return make_logits_processors(
+        params.logit_bias,
+        params.repetition_penalty,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+    )

@@ -1,0 +1,60 @@
+"""From an OpenAI request to prompt token ids, with the model's own chat template.
+
+Works on mlx-lm's TokenizerWrapper (a Hugging Face tokenizer plus what mlx-lm infers about the
+model family: think markers, tool-call markers). No MLX here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deployments.llm.output import NORMAL, REASONING
+from deployments.protocol.errors import invalid_request
+from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    # Whether the model continues inside a thinking block the template opened.
+    initial_state: str = NORMAL
+    # Chat answers split thinking from the answer; text completions return raw text.
+    split_reasoning: bool = True
+
+
+def chat_prompt(tokenizer: Any, request: ChatCompletionRequest) -> Prompt:
+    messages = [m.for_template() for m in request.messages]
+    kwargs = dict(request.chat_template_kwargs or {})
+    tools = request.template_tools()
+    if tools:
+        kwargs["tools"] = tools
+    if not getattr(tokenizer, "has_chat_template", False):
+        raise invalid_request(
+            "This model has no chat template; use /v1/completions with a plain prompt."
+        )
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **kwargs
+        )
+    except Exception as e:  # a template may raise on shapes it does not support
+        raise invalid_request(f"The model's chat template rejected the messages: {e}", "messages")
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    state = NORMAL
+    if getattr(tokenizer, "has_thinking", False):
+        if text.rfind(tokenizer.think_start) > text.rfind(tokenizer.think_end):
+            state = REASONING
+    return Prompt(ids, state)
+
+
+def completion_prompt(tokenizer: Any, request: CompletionRequest) -> Prompt:
+    prompt = request.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        vocab = len(tokenizer)
+        if any(t < 0 or t >= vocab for t in prompt):
+            raise invalid_request(f"prompt: token ids must be in [0, {vocab})", "prompt")
+        return Prompt(list(prompt), split_reasoning=False)
+    text = prompt[0] if isinstance(prompt, list) else prompt
+    if not text:
+        raise invalid_request("prompt: must not be empty", "prompt")
+    return Prompt(tokenizer.encode(text), split_reasoning=False)

@@ -1,0 +1,170 @@
+"""The built-in tiny LLM: a real Qwen3 checkpoint with random weights, made on first use.
+
+It lets the default graph start and serve every LLM route on a machine with no network:
+the files are exactly what mlx-lm expects of a Hugging Face checkpoint (config.json,
+model.safetensors, tokenizer.json, tokenizer_config.json with Qwen3's chat template), so it
+loads through `mlx_lm.load` and runs the same code paths as a real model. Its output is
+meaningless text.
+
+Generation is deterministic (fixed seeds, a fixed training corpus for the BPE tokenizer) and
+atomic (built in a temporary directory, then renamed), so concurrent replicas can race safely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+TINY_LLM_ID = "ominix-tiny-qwen3"
+# Bump when the generated files change, so old caches are not reused.
+_FORMAT_VERSION = 1
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+]
+
+MODEL_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+    "bos_token_id": None,
+    "eos_token_id": 2,  # <|im_end|>, see SPECIAL_TOKENS
+}
+
+_CORPUS_WORDS = (
+    "the a an of to in on for with from by about as at into over after before under "
+    "model server request response token stream audio speech voice image text chat "
+    "replica slot graph batch queue engine thread memory cache load unload ready health "
+    "quick brown fox jumps lazy dog river mountain city light music story night morning "
+    "is are was were be have has do does can will would should could may might must "
+    "red green blue small large fast slow new old good great happy simple clear open "
+    "one two three four five six seven eight nine ten hundred thousand first last next "
+    "hello world weather today tomorrow function call tool result answer question please"
+).split()
+
+
+def tiny_llm_dir(cache_dir: str | os.PathLike) -> Path:
+    return Path(cache_dir).expanduser() / f"{TINY_LLM_ID}-v{_FORMAT_VERSION}"
+
+
+def ensure_tiny_llm(cache_dir: str | os.PathLike) -> Path:
+    """Return the tiny model's directory, generating it first if it is not there yet."""
+    target = tiny_llm_dir(cache_dir)
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Generating the built-in tiny LLM %s into %s", TINY_LLM_ID, target)
+    work = Path(tempfile.mkdtemp(prefix=".tiny-llm-", dir=target.parent))
+    try:
+        _write_tokenizer(work)
+        _write_weights(work)
+        (work / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2))
+        (work / "generation_config.json").write_text(
+            json.dumps({"eos_token_id": MODEL_CONFIG["eos_token_id"]})
+        )
+        (work / "README.md").write_text(
+            "Built-in tiny Qwen3 model of ominix-serve: random weights, meaningless output.\n"
+        )
+        try:
+            work.rename(target)
+        except OSError:
+            # Another replica finished first; its copy is identical.
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _training_corpus() -> list[str]:
+    """A fixed corpus: enough varied English for a small BPE vocabulary."""
+    import random
+
+    rng = random.Random(1234)
+    lines = []
+    for _ in range(4000):
+        n = rng.randint(4, 14)
+        words = [rng.choice(_CORPUS_WORDS) for _ in range(n)]
+        lines.append(" ".join(words).capitalize() + rng.choice([".", "?", "!", ","]))
+    return lines
+
+
+def _write_tokenizer(out: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=MODEL_CONFIG["vocab_size"],
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_training_corpus(), trainer=trainer)
+    assert tokenizer.get_vocab_size() <= MODEL_CONFIG["vocab_size"]
+    assert tokenizer.token_to_id("<|im_end|>") == MODEL_CONFIG["eos_token_id"]
+    tokenizer.save(str(out / "tokenizer.json"))
+
+    template = (Path(__file__).parent / "templates" / "qwen3_chat_template.jinja").read_text()
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": MODEL_CONFIG["max_position_embeddings"],
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "add_bos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": template,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
+    )
+
+
+def _write_weights(out: Path) -> None:
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models.qwen3 import Model, ModelArgs
+
+    mx.random.seed(0)
+    model = Model(ModelArgs.from_dict(MODEL_CONFIG))
+    # Scale weights up from the default init so greedy decoding has clear winners:
+    # with near-flat logits, float rounding differences between a batched and a single
+    # forward pass could flip an argmax, and batching must not change greedy output.
+    params = {}
+    for i, (name, value) in enumerate(tree_flatten(model.parameters())):
+        if name.endswith("norm.weight"):
+            params[name] = mx.ones(value.shape, dtype=mx.float32)
+        else:
+            fan_in = value.shape[-1]
+            key = mx.random.key(i)
+            params[name] = mx.random.normal(value.shape, key=key) * (2.0 / fan_in**0.5)
+    mx.save_safetensors(str(out / "model.safetensors"), params, metadata={"format": "mlx"})

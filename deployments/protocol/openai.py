@@ -1,0 +1,313 @@
+"""OpenAI request and response models for chat, text completions and the model list.
+
+Requests tolerate unknown fields (clients send vendor extensions); values that are present are
+validated so a bad request fails with a 400 naming the field, before any model work starts.
+Responses serialize the way api.openai.com does: `finish_reason: null` is sent explicitly,
+empty optional message fields are left out.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+MAX_STOP_SEQUENCES = 16
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class RequestModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class OmitNoneModel(BaseModel):
+    """Response parts whose unset (None) fields are left out of the JSON."""
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+class TextPart(RequestModel):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(RequestModel):
+    type: Literal["image_url", "input_image", "image"]
+
+
+ContentPart = Union[TextPart, ImagePart]
+
+
+class ToolCallFunction(RequestModel):
+    name: str
+    arguments: Union[str, dict[str, Any]] = "{}"
+
+
+class ToolCallIn(RequestModel):
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class ChatMessage(RequestModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[ContentPart], None] = None
+    name: Optional[str] = None
+    tool_calls: Optional[list[ToolCallIn]] = None
+    tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None
+
+    def has_image(self) -> bool:
+        return isinstance(self.content, list) and any(
+            isinstance(p, ImagePart) for p in self.content
+        )
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def for_template(self) -> dict[str, Any]:
+        """The dict a Hugging Face chat template expects."""
+        role = "system" if self.role == "developer" else self.role
+        out: dict[str, Any] = {"role": role, "content": self.text()}
+        if self.name:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        if self.reasoning_content:
+            out["reasoning_content"] = self.reasoning_content
+        return out
+
+
+class FunctionDefinition(RequestModel):
+    name: str
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+
+
+class ToolDefinition(RequestModel):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class StreamOptions(RequestModel):
+    include_usage: bool = False
+
+
+class SamplingRequest(RequestModel):
+    """Fields shared by chat and text completions."""
+
+    model: Optional[str] = Field(None, description="Model id; the slot's default when omitted")
+    max_tokens: Optional[int] = Field(None, ge=1)
+    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
+    top_k: Optional[int] = Field(None, ge=0)
+    min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
+    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: Optional[float] = Field(None, gt=0.0)
+    logit_bias: Optional[dict[str, float]] = None
+    seed: Optional[int] = None
+    stop: Union[str, list[str], None] = None
+    n: int = 1
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    user: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _check_common(self):
+        if self.n != 1:
+            raise ValueError("n: only n=1 is supported; send several requests for several choices")
+        stops = self.stop_list()
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"stop: at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+        if any(s == "" for s in stops):
+            raise ValueError("stop: stop sequences must not be empty")
+        for key in (self.logit_bias or {}):
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"logit_bias: keys must be token ids, got {key!r}")
+        return self
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    tools: Optional[list[ToolDefinition]] = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="after")
+    def _check_chat(self):
+        if any(m.has_image() for m in self.messages):
+            raise ValueError(
+                "messages: image content parts need a vision model; no VLM slot is served"
+            )
+        return self
+
+    def token_budget(self) -> Optional[int]:
+        return self.max_completion_tokens or self.max_tokens
+
+    def template_tools(self) -> Optional[list[dict[str, Any]]]:
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: Union[str, list[str], list[int]]
+    echo: bool = False
+    suffix: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _check_prompt(self):
+        if isinstance(self.prompt, list):
+            if len(self.prompt) == 0:
+                raise ValueError("prompt: must not be empty")
+            if isinstance(self.prompt[0], str) and len(self.prompt) != 1:
+                raise ValueError("prompt: only one prompt per request is supported")
+        if self.suffix:
+            raise ValueError("suffix: insertion (fill-in-the-middle) is not supported")
+        return self
+
+    def token_budget(self) -> Optional[int]:
+        return self.max_tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ToolCallDelta(ToolCall):
+    index: int
+
+
+class AssistantMessage(OmitNoneModel):
+    role: Literal["assistant"] = "assistant"
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None
+
+
+class DeltaMessage(OmitNoneModel):
+    role: Optional[Literal["assistant"]] = None
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallDelta]] = None
+
+
+FinishReason = Optional[Literal["stop", "length", "tool_calls"]]
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: FinishReason = None
+    logprobs: None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+    system_fingerprint: Optional[str] = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: DeltaMessage
+    finish_reason: FinishReason = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Optional[UsageInfo] = None
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: FinishReason = None
+    logprobs: None = None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[UsageInfo] = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=now)
+    owned_by: str = "ominix-serve"
+    type: str
+    endpoints: list[str] = []
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

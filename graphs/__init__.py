@@ -1,0 +1,1 @@
+"""Application builders: typed graph args in, a bound Ray Serve application out."""

@@ -1,0 +1,22 @@
+"""Shared fixtures: the built-in tiny model, generated once per test session."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("ominix-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_llm_dir(cache_dir):
+    from deployments.llm.tiny_model import ensure_tiny_llm
+
+    return ensure_tiny_llm(cache_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_llm_dir):
+    from mlx_lm.tokenizer_utils import load
+
+    return load(tiny_llm_dir)
