@@ -1,0 +1,25 @@
+# Two commands: `make serve` runs the graph, `make test` runs the whole test suite.
+# Both create .venv at the repo root on first use (Python 3.11+; PYTHON=python3.12 to choose).
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: setup serve test clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+serve: setup
+	$(VENV)/bin/serve run serve_config.yaml
+
+test: setup
+	$(VENV)/bin/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

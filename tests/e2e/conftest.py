@@ -1,0 +1,105 @@
+"""One real graph per test session: `serve run` on the shipped serve_config.yaml.
+
+Only the HTTP port (a free one) and the model cache directory (a fresh one, so the tiny model
+is generated as on a first start) differ from what a user runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.time() + START_TIMEOUT_S
+    probe = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve run exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            r = httpx.post(f"{base_url}/v1/chat/completions", json=probe, timeout=10)
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"graph not serving after {START_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory, cache_dir):
+    """Base URL of the running graph."""
+    work = tmp_path_factory.mktemp("serve")
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    port = _free_port()
+    config["http_options"]["port"] = port
+    config["applications"][0]["args"]["cache_dir"] = str(cache_dir)
+    config_path = work / "serve_config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log = work / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("LLM_MODEL", "RAY_ADDRESS")}
+    env["PYTHONUNBUFFERED"] = "1"
+    serve_cli = Path(sys.executable).parent / "serve"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(serve_cli), "run", str(config_path)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_serving(base_url, proc, log)
+        yield base_url
+    finally:
+        proc.send_signal(signal.SIGINT)  # serve run shuts Serve and its Ray instance down
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def ray_driver(server):
+    """A Ray driver attached to the graph's cluster, to look inside replicas."""
+    import ray
+
+    ray.init(address="auto", namespace="serve", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def aclient(server):
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def http(server):
+    with httpx.Client(base_url=server, timeout=60) as c:
+        yield c

@@ -1,0 +1,81 @@
+"""LLMEngine on the tiny model, without Ray: batching, early exit, seeds, limits."""
+
+import asyncio
+
+import pytest
+
+from deployments.llm.engine import EngineConfig, LLMEngine, SamplingParams
+from deployments.llm.prompts import chat_prompt, completion_prompt
+from deployments.protocol.errors import APIError
+from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+
+@pytest.fixture(scope="module")
+async def engine(tiny_llm_dir):
+    engine = await LLMEngine.start("tiny", tiny_llm_dir, EngineConfig())
+    yield engine
+    engine.shutdown()
+
+
+async def complete(engine, prompt_text, **kw):
+    request = CompletionRequest(prompt=prompt_text, **kw)
+    prompt = completion_prompt(engine.tokenizer, request)
+    params = SamplingParams.from_request(
+        request, engine.resolve_max_tokens(len(prompt.token_ids), request.max_tokens), {}
+    )
+    text, last = "", None
+    async for chunk in engine.generate(prompt, params):
+        text += chunk.content
+        last = chunk
+    return text, last
+
+
+async def test_batched_greedy_output_equals_sequential(engine):
+    prompts = [f"The quick fox number {i} jumps" for i in range(8)]
+    alone = [await complete(engine, p, max_tokens=24, temperature=0) for p in prompts]
+    together = await asyncio.gather(*[complete(engine, p, max_tokens=24, temperature=0) for p in prompts])
+    assert [t for t, _ in together] == [t for t, _ in alone]
+    assert all(last.finish_reason == "length" and last.usage.completion_tokens == 24 for _, last in together)
+
+
+async def test_closing_the_stream_removes_the_sequence(engine):
+    before = dict(engine.stats)
+    request = CompletionRequest(prompt="hello", max_tokens=3000, temperature=0)
+    prompt = completion_prompt(engine.tokenizer, request)
+    stream = engine.generate(prompt, SamplingParams.from_request(request, 3000, {}))
+    await stream.__anext__()
+    await stream.aclose()
+    for _ in range(100):
+        if engine.stats["aborted"] > before["aborted"]:
+            break
+        await asyncio.sleep(0.05)
+    assert engine.stats["aborted"] == before["aborted"] + 1
+    assert engine.stats["running"] == 0
+    assert engine.stats["generated_tokens"] - before["generated_tokens"] < 3000
+
+
+async def test_seed_makes_sampling_reproducible_inside_a_batch(engine):
+    kw = dict(max_tokens=16, temperature=1.0)
+    a, b, c = await asyncio.gather(
+        complete(engine, "hello", seed=7, **kw),
+        complete(engine, "hello", seed=7, **kw),
+        complete(engine, "hello", seed=8, **kw),
+    )
+    assert a[0] == b[0]
+    assert a[0] != c[0]
+
+
+async def test_prompt_longer_than_the_context_is_a_400(engine):
+    with pytest.raises(APIError) as info:
+        engine.resolve_max_tokens(engine.context_length + 1, None)
+    assert info.value.status_code == 400 and info.value.code == "context_length_exceeded"
+    assert engine.resolve_max_tokens(10, None) == 2048
+
+
+async def test_chat_prompt_matches_the_template_and_thinking_state(engine):
+    tok = engine.tokenizer
+    messages = [{"role": "user", "content": "hi"}]
+    request = ChatCompletionRequest(messages=messages, chat_template_kwargs={"enable_thinking": False})
+    prompt = chat_prompt(tok, request)
+    assert prompt.token_ids == tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False)
+    assert prompt.initial_state == "normal"
