@@ -45,8 +45,28 @@ def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> Non
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory, cache_dir):
-    """Base URL of the running graph."""
+def ray_cluster():
+    """A private local Ray cluster (own ports), so parallel test sessions never collide.
+
+    The test process is its driver, which lets tests look inside replicas through handles.
+    """
+    import ray
+
+    dashboard_port = _free_port()
+    ray.init(
+        namespace="serve",
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
+        log_to_driver=False,
+    )
+    yield {"gcs_address": ray.get_runtime_context().gcs_address, "dashboard_port": dashboard_port}
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory, cache_dir, ray_cluster):
+    """Base URL of the graph, started with `serve run` on the shipped serve_config.yaml."""
     work = tmp_path_factory.mktemp("serve")
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     port = _free_port()
@@ -60,7 +80,7 @@ def server(tmp_path_factory, cache_dir):
     serve_cli = Path(sys.executable).parent / "serve"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(serve_cli), "run", str(config_path)],
+            [str(serve_cli), "run", "--address", ray_cluster["gcs_address"], str(config_path)],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     base_url = f"http://127.0.0.1:{port}"
@@ -68,7 +88,7 @@ def server(tmp_path_factory, cache_dir):
         _wait_until_serving(base_url, proc, log)
         yield base_url
     finally:
-        proc.send_signal(signal.SIGINT)  # serve run shuts Serve and its Ray instance down
+        proc.send_signal(signal.SIGINT)  # serve run shuts Serve down
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -76,13 +96,8 @@ def server(tmp_path_factory, cache_dir):
 
 
 @pytest.fixture(scope="session")
-def ray_driver(server):
-    """A Ray driver attached to the graph's cluster, to look inside replicas."""
-    import ray
-
-    ray.init(address="auto", namespace="serve", log_to_driver=False)
-    yield ray
-    ray.shutdown()
+def dashboard_url(ray_cluster):
+    return f"http://127.0.0.1:{ray_cluster['dashboard_port']}"
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import openai
@@ -149,7 +150,7 @@ async def test_concurrent_streams_are_batched_without_changing_greedy_output(acl
     assert together == alone
 
 
-def test_client_disconnect_stops_generation(server, ray_driver):
+def test_client_disconnect_stops_generation(server):
     from ray import serve
 
     llm = serve.get_deployment_handle("LLM", app_name="ominix")
@@ -169,19 +170,17 @@ def test_client_disconnect_stops_generation(server, ray_driver):
         now = stats()
         if now["aborted"] > before["aborted"]:
             break
-        import time
-
         time.sleep(0.1)
     assert now["aborted"] == before["aborted"] + 1
     assert now["generated_tokens"] - before["generated_tokens"] < 3500
 
 
-def test_dashboard_shows_deployments_and_replicas(server):
+def test_dashboard_shows_deployments_and_replicas(server, dashboard_url):
     from pathlib import Path
 
     token_file = Path.home() / ".ray" / "auth_token"
     headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.exists() else {}
-    r = httpx.get("http://127.0.0.1:8265/api/serve/applications/", headers=headers, timeout=30)
+    r = httpx.get(f"{dashboard_url}/api/serve/applications/", headers=headers, timeout=30)
     assert r.status_code == 200, r.text
     deployments = r.json()["applications"]["ominix"]["deployments"]
     assert set(deployments) == {"Ingress", "LLM"}
