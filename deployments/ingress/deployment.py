@@ -10,6 +10,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.ingress.app import create_app
 from deployments.ingress.catalog import ModelCatalog
+from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
 
 logger = logging.getLogger("ray.serve")
@@ -20,6 +21,13 @@ app = create_app()
 @serve.deployment(name="Ingress", max_ongoing_requests=256)
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, catalog: dict[str, list[str]], llm: Optional[DeploymentHandle] = None):
-        self.state = IngressState(catalog=ModelCatalog(catalog), llm=llm)
+    def __init__(
+        self,
+        catalog: dict[str, list[str]],
+        settings: Optional[dict] = None,
+        llm: Optional[DeploymentHandle] = None,
+    ):
+        self.state = IngressState(
+            catalog=ModelCatalog(catalog), settings=IngressSettings.model_validate(settings or {}), llm=llm
+        )
         logger.info("Ingress serving models: %s", catalog)
