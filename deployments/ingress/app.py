@@ -12,7 +12,8 @@ from deployments.ingress.middleware import (
     DynamicCORS,
     RouteTimeout,
 )
-from deployments.ingress.routers import chat, completions, health, models
+from deployments.ingress.metrics import RequestMetrics
+from deployments.ingress.routers import chat, completions, health, metrics, models
 from deployments.ingress.state import ingress_state
 
 
@@ -28,9 +29,10 @@ def create_app(settings=_replica_settings) -> FastAPI:
         description="OpenAI-compatible MLX model server (Ray Serve graph)",
     )
     install_error_handlers(app)
-    for router in (health.router, models.router, chat.router, completions.router):
+    for router in (health.router, models.router, chat.router, completions.router, metrics.router):
         app.include_router(router)
-    # Added last = runs first: CORS, then auth, the cap, body size, timeout, the routes.
+    # Added last = runs first: metrics, CORS, auth, the cap, body size, timeout, the routes.
     for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):
         app.add_middleware(middleware, settings=settings)
+    app.add_middleware(RequestMetrics, metrics=lambda: ingress_state().metrics)
     return app
