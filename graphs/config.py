@@ -91,9 +91,13 @@ class GraphArgs(BaseModel):
             max_concurrent_requests=sec.max_concurrent_requests,
         )
 
-    def catalog(self) -> dict[str, list[str]]:
-        """slot -> allowed model ids (default first), for the ingress."""
+    def catalog(self) -> dict[str, dict]:
+        """slot -> its allowed model ids (default first) and models directory, for the ingress."""
         slots = {}
         if self.llm.enabled:
-            slots["llm"] = self.llm.allowed_models()
+            slots["llm"] = {"models": self.llm.allowed_models(), "models_dir": self.llm.models_dir}
         return slots
+
+    def defaults(self) -> dict[str, str]:
+        """slot -> the configured default model, the control plane's starting point."""
+        return {slot: spec["models"][0] for slot, spec in self.catalog().items()}

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
+from deployments.control.deployment import Control
 from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
@@ -19,7 +20,14 @@ logger = logging.getLogger("ray.serve")
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
-    config = GraphArgs.from_args(args)
+    """The builder `serve run serve_config.yaml` calls with the application's args."""
+    return build_graph(GraphArgs.from_args(args))
+
+
+def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Application:
+    """`options` (deployment name -> Serve options) is for programmatic use (tests, benchmarks);
+    serve_config.yaml sets the same through its `deployments:` block."""
+    options = options or {}
     if config.check_models:
         _check_models(config)
     bind_host = _serve_http_host()
@@ -31,10 +39,14 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         settings.cors_origins or "none",
         settings.max_concurrent_requests,
     )
+    control = Control.options(**options.get("Control", {})).bind(config.defaults())
     llm = None
     if config.llm.enabled:
-        llm = LLMSlot.bind(config.llm.model_dump(), cache_dir=config.cache_dir)
-    return Ingress.bind(config.catalog(), settings.model_dump(), llm=llm)
+        llm = LLMSlot.options(**options.get("LLM", {})).bind(
+            config.llm.model_dump(), cache_dir=config.cache_dir, control=control
+        )
+    ingress = Ingress.options(**options.get("Ingress", {}))
+    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm)
 
 
 def _serve_http_host() -> Optional[str]:

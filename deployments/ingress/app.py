@@ -13,7 +13,7 @@ from deployments.ingress.middleware import (
     RouteTimeout,
 )
 from deployments.ingress.metrics import RequestMetrics
-from deployments.ingress.routers import chat, completions, health, metrics, models
+from deployments.ingress.routers import chat, completions, health, metrics, model_admin, models
 from deployments.ingress.state import ingress_state
 
 
@@ -29,7 +29,8 @@ def create_app(settings=_replica_settings) -> FastAPI:
         description="OpenAI-compatible MLX model server (Ray Serve graph)",
     )
     install_error_handlers(app)
-    for router in (health.router, models.router, chat.router, completions.router, metrics.router):
+    # model_admin before models: /v1/models/status must not match /v1/models/{model_id}.
+    for router in (health.router, model_admin.router, models.router, chat.router, completions.router, metrics.router):
         app.include_router(router)
     # Added last = runs first: metrics, CORS, auth, the cap, body size, timeout, the routes.
     for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):

@@ -1,14 +1,17 @@
 """Which model ids the graph serves, and which slot serves each: the ingress's routing table.
 
 Routing is by exact model id; an id that no slot allows is a 404 before any slot is called
-(mlx-lm's server loads whatever a request names, which is a known complaint).
+(mlx-lm's server loads whatever a request names, which is a known complaint). A request that
+names no model goes to the slot's current default, which operators can change at runtime.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
-from deployments.protocol.errors import model_not_found
+from deployments.control.policy import check_model_allowed
+from deployments.protocol.errors import APIError, model_not_found
 from deployments.protocol.openai import ModelCard
 
 SLOT_ENDPOINTS = {
@@ -17,27 +20,45 @@ SLOT_ENDPOINTS = {
 
 
 @dataclass
-class ModelCatalog:
-    # slot -> allowed model ids, the first being the slot's default
-    slots: dict[str, list[str]] = field(default_factory=dict)
+class SlotModels:
+    models: list[str]  # the configured allow-list, the configured default first
+    models_dir: Optional[str] = None
 
-    def resolve(self, slot: str, model: str | None) -> str:
-        """The model id to use for a request to `slot`; 404 if the slot does not serve it."""
-        allowed = self.slots.get(slot, [])
-        if model is None or model == "":
-            if allowed:
-                return allowed[0]
-            raise model_not_found("(none)", self.all_ids())
-        if model not in allowed:
-            raise model_not_found(model, self.all_ids())
+
+@dataclass
+class ModelCatalog:
+    slots: dict[str, SlotModels] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, raw: dict[str, dict]) -> "ModelCatalog":
+        return cls({slot: SlotModels(**spec) for slot, spec in raw.items()})
+
+    def resolve(self, slot: str, model: Optional[str]) -> Optional[str]:
+        """The model id a request asks `slot` for (None: the slot's default); 404 if not served."""
+        if slot not in self.slots:
+            raise model_not_found(model or "(none)", self.all_ids())
+        if not model:
+            return None
+        self.check_loadable(slot, model, not_found=True)
         return model
 
-    def all_ids(self) -> list[str]:
-        return [m for ids in self.slots.values() for m in ids]
+    def check_loadable(self, slot: str, model: str, not_found: bool = False) -> None:
+        spec = self.slots[slot]
+        try:
+            check_model_allowed(model, spec.models, spec.models_dir, slot)
+        except APIError as e:
+            if not_found and e.status_code == 403:
+                raise model_not_found(model, self.all_ids()) from None
+            raise
 
-    def cards(self) -> list[ModelCard]:
+    def all_ids(self) -> list[str]:
+        return [m for spec in self.slots.values() for m in spec.models]
+
+    def cards(self, loaded: dict[str, set[str]] | None = None) -> list[ModelCard]:
+        loaded = loaded or {}
+        ids = {slot: list(dict.fromkeys([*spec.models, *sorted(loaded.get(slot, ()))])) for slot, spec in self.slots.items()}
         return [
-            ModelCard(id=m, type=slot, endpoints=SLOT_ENDPOINTS.get(slot, []))
-            for slot, ids in self.slots.items()
-            for m in ids
+            ModelCard(id=m, type=slot, endpoints=SLOT_ENDPOINTS.get(slot, []), loaded=m in loaded.get(slot, set()))
+            for slot, models in ids.items()
+            for m in models
         ]

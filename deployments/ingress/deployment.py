@@ -18,16 +18,20 @@ logger = logging.getLogger("ray.serve")
 app = create_app()
 
 
-@serve.deployment(name="Ingress", max_ongoing_requests=256)
+@serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
 @serve.ingress(app)
 class Ingress:
     def __init__(
         self,
-        catalog: dict[str, list[str]],
+        catalog: dict[str, dict],
         settings: Optional[dict] = None,
+        control: Optional[DeploymentHandle] = None,
         llm: Optional[DeploymentHandle] = None,
     ):
         self.state = IngressState(
-            catalog=ModelCatalog(catalog), settings=IngressSettings.model_validate(settings or {}), llm=llm
+            catalog=ModelCatalog.from_config(catalog),
+            settings=IngressSettings.model_validate(settings or {}),
+            control=control,
+            llm=llm,
         )
         logger.info("Ingress serving models: %s", catalog)

@@ -32,10 +32,12 @@ class SlotStream:
         self.first = first
 
     @classmethod
-    async def open(cls, state: IngressState, method: str, request: SamplingRequest, model: str):
+    async def open(cls, state: IngressState, method: str, request: SamplingRequest, model: Optional[str]):
         if state.llm is None:
             raise unavailable("The LLM slot is not enabled in this graph")
-        handle = state.llm.options(multiplexed_model_id=model, stream=True)
+        # No model named: any replica, which serves the slot's current default.
+        options = {"multiplexed_model_id": model} if model else {}
+        handle = state.llm.options(stream=True, **options)
         gen = getattr(handle, method).remote(request)
         try:
             first = await gen.__anext__()
@@ -99,6 +101,7 @@ async def serve_generation(
     """Shared body of /v1/chat/completions and /v1/completions."""
     model = state.catalog.resolve("llm", request.model)
     stream = await SlotStream.open(state, method, request, model)
+    model = (stream.first.model if stream.first else None) or model or "unknown"
     if request.stream:
         return sse_response(to_events(stream, model))
     try:

@@ -16,7 +16,11 @@ class IngressState:
     catalog: ModelCatalog
     settings: IngressSettings = field(default_factory=IngressSettings)
     metrics: IngressMetrics = field(default_factory=IngressMetrics)
+    control: Optional[Any] = None  # DeploymentHandle of the Control deployment
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
+
+    def slot_handle(self, slot: str) -> Optional[Any]:
+        return getattr(self, slot, None)
 
 
 def ingress_state() -> IngressState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from deployments.llm.engine import EngineConfig
@@ -17,6 +19,9 @@ class LLMSlotConfig(BaseModel):
     )
     models: list[str] = Field(
         default_factory=list, description="Other model ids requests may name (the allow-list)"
+    )
+    models_dir: Optional[str] = Field(
+        None, description="Local model directories under this path may be loaded too"
     )
     max_models_per_replica: int = Field(2, ge=1)
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together per replica")

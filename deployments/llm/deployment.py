@@ -17,13 +17,15 @@ from typing import AsyncIterator, Optional
 
 from ray import serve
 
+from deployments.control.agent import SlotAgent
+from deployments.control.policy import check_model_allowed
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.llm.config import LLMSlotConfig
 from deployments.llm.engine import LLMEngine, SamplingParams
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
-from deployments.protocol.errors import APIError, model_not_found, unavailable
+from deployments.protocol.errors import APIError, unavailable
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -36,9 +38,11 @@ LLM_FILE_PATTERNS = [
 ]
 
 
-@serve.deployment(name="LLM", max_ongoing_requests=64, health_check_period_s=10)
+@serve.deployment(
+    name="LLM", max_ongoing_requests=64, health_check_period_s=10, ray_actor_options={"num_cpus": 0.5}
+)
 class LLMSlot:
-    async def __init__(self, config: dict, cache_dir: Optional[str] = None):
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
         self.config = LLMSlotConfig.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self._engines: weakref.WeakSet[LLMEngine] = weakref.WeakSet()
@@ -49,10 +53,19 @@ class LLMSlot:
         async def load_engine(model_id: str) -> LLMEngine:
             return await self._load_engine(model_id)
 
+        self._load_engine_fn = load_engine  # Serve keeps the multiplexer's LRU on it
         self._get_engine = serve.multiplexed(
             max_num_models_per_replica=self.config.max_models_per_replica
         )(load_engine)
-        await self._get_engine(self.config.default_model)
+        self.agent = SlotAgent(
+            "llm",
+            control,
+            load_default=self._get_engine,
+            unload_all=self._unload_all,
+            loaded_models=lambda: [e.model_id for e in list(self._engines) if not e.closed],
+            fallback_default=self.config.default_model,
+        )
+        await self.agent.start()  # the slot's current default is loaded before we serve
 
     async def _load_engine(self, model_id: str) -> LLMEngine:
         model_dir = await asyncio.to_thread(
@@ -74,15 +87,26 @@ class LLMSlot:
         return engine
 
     async def _engine(self) -> LLMEngine:
-        model_id = serve.get_multiplexed_model_id() or self.config.default_model
-        if model_id not in self.config.allowed_models():
-            raise model_not_found(model_id, self.config.allowed_models())
+        model_id = serve.get_multiplexed_model_id() or self.agent.default_model
+        if model_id is None:
+            raise unavailable("The LLM slot has no model loaded; load one with POST /v1/models/load")
+        if model_id != self.agent.default_model:
+            check_model_allowed(model_id, self.config.allowed_models(), self.config.models_dir, "llm")
         try:
             return await self._get_engine(model_id)
         except APIError:
             raise
         except Exception as e:
             raise unavailable(f"Model '{model_id}' could not be loaded: {e}") from None
+
+    async def _unload_all(self) -> None:
+        # The multiplexer keeps its LRU on the loader function; its unload calls each
+        # engine's __del__, which stops the engine thread and clears MLX's cache.
+        wrapper = getattr(self._load_engine_fn, "__serve_multiplex_wrapper", None)
+        while wrapper is not None and wrapper.models:
+            await wrapper.unload_model_lru()
+        for engine in list(self._engines):
+            await asyncio.to_thread(engine.shutdown)
 
     async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = await self._engine()
@@ -106,6 +130,7 @@ class LLMSlot:
             now = time.perf_counter()
             if first_token_at is None:
                 first_token_at = now
+                chunk.model = engine.model_id
                 self.metrics.first_token(engine.model_id, now - start)
             if chunk.usage is not None:
                 self.metrics.finished(

@@ -11,6 +11,7 @@ from deployments.protocol.openai import FinishReason, ToolCall, UsageInfo
 
 
 class GenerationChunk(BaseModel):
+    model: Optional[str] = None  # set on the first chunk: the model that answers
     content: str = ""
     reasoning_content: str = ""
     tool_calls: list[ToolCall] = []
@@ -20,6 +21,7 @@ class GenerationChunk(BaseModel):
     def merge(self, other: "GenerationChunk") -> "GenerationChunk":
         """Coalesce two consecutive chunks (used to batch deltas under load)."""
         return GenerationChunk(
+            model=self.model or other.model,
             content=self.content + other.content,
             reasoning_content=self.reasoning_content + other.reasoning_content,
             tool_calls=self.tool_calls + other.tool_calls,

@@ -306,6 +306,7 @@ class ModelCard(BaseModel):
     owned_by: str = "ominix-serve"
     type: str
     endpoints: list[str] = []
+    loaded: bool = False  # on at least one replica of its slot
 
 
 class ModelList(BaseModel):

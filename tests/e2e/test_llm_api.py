@@ -183,7 +183,7 @@ def test_dashboard_shows_deployments_and_replicas(server, dashboard_url):
     r = httpx.get(f"{dashboard_url}/api/serve/applications/", headers=headers, timeout=30)
     assert r.status_code == 200, r.text
     deployments = r.json()["applications"]["ominix"]["deployments"]
-    assert set(deployments) == {"Ingress", "LLM"}
+    assert set(deployments) == {"Ingress", "Control", "LLM"}
     for d in deployments.values():
         assert d["status"] == "HEALTHY"
         assert any(rep["state"] == "RUNNING" for rep in d["replicas"])

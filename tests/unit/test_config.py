@@ -17,13 +17,14 @@ def shipped_args():
 def test_shipped_config_validates_and_serves_the_tiny_model():
     config = GraphArgs.from_args(shipped_args(), environ={})
     assert config.llm.default_model == "ominix-tiny-qwen3"
-    assert config.catalog() == {"llm": ["ominix-tiny-qwen3"]}
+    assert config.catalog() == {"llm": {"models": ["ominix-tiny-qwen3"], "models_dir": None}}
+    assert config.defaults() == {"llm": "ominix-tiny-qwen3"}
 
 
 def test_llm_model_env_overrides_the_default():
     config = GraphArgs.from_args(shipped_args(), environ={"LLM_MODEL": "mlx-community/Qwen3-0.6B-4bit"})
     assert config.llm.default_model == "mlx-community/Qwen3-0.6B-4bit"
-    assert config.catalog()["llm"][0] == "mlx-community/Qwen3-0.6B-4bit"
+    assert config.defaults()["llm"] == "mlx-community/Qwen3-0.6B-4bit"
 
 
 def test_blank_env_is_ignored():
@@ -39,10 +40,13 @@ def test_disabled_slot_is_not_in_the_catalog():
     assert GraphArgs.from_args({"llm": {"enabled": False}}, environ={}).catalog() == {}
 
 
-def test_catalog_routes_by_exact_id():
-    catalog = ModelCatalog({"llm": ["a", "b"]})
-    assert catalog.resolve("llm", None) == "a"
+def test_catalog_routes_by_exact_id(tmp_path):
+    (tmp_path / "local-model").mkdir()
+    catalog = ModelCatalog.from_config({"llm": {"models": ["a", "b"], "models_dir": str(tmp_path)}})
+    assert catalog.resolve("llm", None) is None  # the slot's current default
     assert catalog.resolve("llm", "b") == "b"
+    assert catalog.resolve("llm", str(tmp_path / "local-model")) == str(tmp_path / "local-model")
+    assert catalog.resolve("llm", "local-model") == "local-model"
     with pytest.raises(APIError) as info:
         catalog.resolve("llm", "B")
     assert info.value.status_code == 404 and info.value.code == "model_not_found"

@@ -1,0 +1,122 @@
+"""The replica side of the control plane: keeps one slot replica in line with Control.
+
+A slot deployment gives the agent three callables (load a model and make it the default,
+unload everything, list what is loaded); the agent long-polls Control, applies each change,
+and reports back: the epoch it reached, its models, its memory, and what an unload freed.
+A failed load keeps the previous default serving and is reported as this replica's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from typing import Awaitable, Callable, Optional
+
+from deployments.control.state import LOADED, Desired, ReplicaReport
+
+logger = logging.getLogger("ray.serve")
+
+
+def memory_snapshot() -> dict[str, int]:
+    import mlx.core as mx
+
+    return {
+        "mlx_active_bytes": int(mx.get_active_memory()),
+        "mlx_cache_bytes": int(mx.get_cache_memory()),
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+class SlotAgent:
+    def __init__(
+        self,
+        slot: str,
+        control,  # DeploymentHandle of Control, or None when the graph has no control plane
+        load_default: Callable[[str], Awaitable[None]],
+        unload_all: Callable[[], Awaitable[None]],
+        loaded_models: Callable[[], list[str]],
+        fallback_default: str,
+    ):
+        self.slot = slot
+        self.control = control
+        self._load_default = load_default
+        self._unload_all = unload_all
+        self._loaded_models = loaded_models
+        self.default_model: Optional[str] = None
+        self.unloaded = False
+        self.epoch = -1
+        self.error: Optional[str] = None
+        self.freed_bytes: Optional[int] = None
+        self._fallback = fallback_default
+        self._task: Optional[asyncio.Task] = None
+
+    async def start(self) -> None:
+        """Apply the slot's current state before the replica serves, then follow changes."""
+        desired = Desired(slot=self.slot, model=self._fallback)
+        if self.control is not None:
+            try:
+                desired = await asyncio.wait_for(self.control.desired.remote(self.slot), 30)
+            except Exception as e:
+                logger.warning("Control unreachable (%s); starting with the configured default", e)
+        await self._apply(desired, initial=True)
+        if self.control is not None:
+            self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self._report()
+                desired = await self.control.watch.remote(self.slot, self.epoch)
+                if desired.epoch > self.epoch:
+                    await self._apply(desired)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Control restarting: keep serving, try again shortly
+                logger.warning("Slot %s agent: %s", self.slot, e)
+                await asyncio.sleep(2)
+
+    async def _apply(self, desired: Desired, initial: bool = False) -> None:
+        if desired.state == LOADED and desired.model:
+            try:
+                await self._load_default(desired.model)
+                self.default_model, self.unloaded, self.error = desired.model, False, None
+            except Exception as e:
+                if initial and desired.model != self._fallback:
+                    # A new replica must serve something: the configured default.
+                    logger.error("Loading %s failed (%s); falling back to %s", desired.model, e, self._fallback)
+                    await self._load_default(self._fallback)
+                    self.default_model = self._fallback
+                elif initial:
+                    raise
+                self.error = f"Loading '{desired.model}' failed: {e}"
+                logger.error("Slot %s: %s", self.slot, self.error)
+        else:
+            before = memory_snapshot()["mlx_active_bytes"]
+            await self._unload_all()
+            self.freed_bytes = max(0, before - memory_snapshot()["mlx_active_bytes"])
+            self.default_model, self.unloaded, self.error = None, True, None
+        self.epoch = desired.epoch
+        if not initial:
+            await self._report()
+
+    async def _report(self) -> None:
+        if self.control is None:
+            return
+        from ray import serve
+
+        report = ReplicaReport(
+            slot=self.slot,
+            replica_id=serve.get_replica_context().replica_id.unique_id,
+            epoch=self.epoch,
+            default_model=self.default_model,
+            loaded_models=self._loaded_models(),
+            memory=memory_snapshot(),
+            freed_bytes=self.freed_bytes,
+            error=self.error,
+        )
+        await self.control.report.remote(report)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,87 @@
+"""The `Control` deployment: one replica holding each slot's desired state (control/state.py).
+
+Why a control deployment rather than Serve's `user_config`: a user_config change is a redeploy
+of the application's config through Serve's controller, which the ingress does not own and which
+answers before replicas have loaded anything. Here a load waits for every running replica to
+report, the answer lists what each replica did (or which one failed), a replica started later by
+autoscaling or a restart asks for the current state before it serves, and the dashboard still
+shows the Control deployment next to the slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Optional
+
+from ray import serve
+
+from deployments.control.state import ControlState, Desired, ReplicaReport
+
+logger = logging.getLogger("ray.serve")
+
+# The Serve deployment that runs each slot, to count its running replicas.
+SLOT_DEPLOYMENTS = {"llm": "LLM", "asr": "ASR", "tts": "TTS", "image": "Image"}
+
+
+def _session_state_file() -> Optional[Path]:
+    """A file private to this Ray cluster: survives a Control restart, not a new `serve run`."""
+    try:
+        from ray._private import worker
+
+        return Path(worker._global_node.get_session_dir_path()) / "ominix-control.json"
+    except Exception:
+        return None
+
+
+@serve.deployment(name="Control", num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+class Control:
+    def __init__(self, defaults: dict[str, str]):
+        self.state = ControlState(defaults, _session_state_file())
+        self._changed = {slot: asyncio.Event() for slot in defaults}
+
+    async def desired(self, slot: str) -> Desired:
+        return self.state.desired[slot]
+
+    async def watch(self, slot: str, epoch: int, timeout_s: float = 5.0) -> Desired:
+        """Long poll: returns when the slot's epoch passes `epoch`, or after `timeout_s`."""
+        if self.state.desired[slot].epoch <= epoch:
+            try:
+                await asyncio.wait_for(self._changed[slot].wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        return self.state.desired[slot]
+
+    async def set_desired(self, slot: str, state: str, model: Optional[str]) -> Desired:
+        desired = self.state.set(slot, state, model)
+        event, self._changed[slot] = self._changed[slot], asyncio.Event()
+        event.set()  # wake every watcher; later watchers wait on the fresh event
+        logger.info("Slot %s: desired %s %s (epoch %d)", slot, state, model or "", desired.epoch)
+        return desired
+
+    async def report(self, report: ReplicaReport) -> None:
+        self.state.report(report)
+
+    async def wait_applied(self, slot: str, epoch: int, timeout_s: float) -> list[ReplicaReport]:
+        """The slot's replica reports once all running replicas reached `epoch` (or at timeout)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            if self.state.applied(slot, epoch, self._running_replicas(slot)):
+                break
+            await asyncio.sleep(0.2)
+        return self.state.replicas(slot)
+
+    async def status(self) -> dict:
+        return {
+            slot: {"desired": d.model_dump(), "replicas": [r.model_dump() for r in self.state.replicas(slot)]}
+            for slot, d in self.state.desired.items()
+        }
+
+    def _running_replicas(self, slot: str) -> int:
+        try:
+            app = serve.get_replica_context().app_name
+            deployment = serve.status().applications[app].deployments[SLOT_DEPLOYMENTS[slot]]
+            return deployment.replica_states.get("RUNNING", 0)
+        except Exception:
+            return 1

@@ -1,0 +1,90 @@
+"""The slot control plane's state: what each slot should serve, and what each replica does.
+
+Operators change a slot's desired state (load model X as the default, or unload); every replica
+of the slot follows it and reports back. A change gets a new epoch; a load or unload request
+waits until every running replica of the slot has reported that epoch, so the answer says
+what happened on each replica. Pure Python: the Serve deployment around it is in control/deployment.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel
+
+LOADED, UNLOADED = "loaded", "unloaded"
+STALE_AFTER_S = 20.0  # a replica not heard from for this long is gone (reports come every ~5 s)
+
+
+class Desired(BaseModel):
+    slot: str
+    state: Literal["loaded", "unloaded"] = LOADED
+    model: Optional[str] = None
+    epoch: int = 0
+
+
+class ReplicaReport(BaseModel):
+    slot: str
+    replica_id: str
+    epoch: int
+    default_model: Optional[str] = None
+    loaded_models: list[str] = []
+    memory: dict[str, int] = {}  # mlx_active_bytes, mlx_cache_bytes, rss_bytes
+    freed_bytes: Optional[int] = None  # set by an unload
+    error: Optional[str] = None  # the last load that failed, kept until the next success
+    seen_at: float = 0.0
+
+
+class ControlState:
+    def __init__(self, defaults: dict[str, str], state_file: Optional[Path] = None):
+        self.desired: dict[str, Desired] = {
+            slot: Desired(slot=slot, model=model) for slot, model in defaults.items()
+        }
+        self.reports: dict[str, ReplicaReport] = {}
+        self.state_file = state_file
+        self._restore()
+
+    def set(self, slot: str, state: str, model: Optional[str]) -> Desired:
+        current = self.desired.get(slot) or Desired(slot=slot)
+        model = model if state == LOADED else current.model
+        self.desired[slot] = Desired(slot=slot, state=state, model=model, epoch=current.epoch + 1)
+        self._persist()
+        return self.desired[slot]
+
+    def report(self, report: ReplicaReport, now: Optional[float] = None) -> None:
+        report.seen_at = now if now is not None else time.time()
+        self.reports[report.replica_id] = report
+
+    def replicas(self, slot: str, now: Optional[float] = None) -> list[ReplicaReport]:
+        now = now if now is not None else time.time()
+        return sorted(
+            (r for r in self.reports.values() if r.slot == slot and now - r.seen_at < STALE_AFTER_S),
+            key=lambda r: r.replica_id,
+        )
+
+    def applied(self, slot: str, epoch: int, expected_replicas: int, now: Optional[float] = None) -> bool:
+        done = [r for r in self.replicas(slot, now) if r.epoch >= epoch]
+        return len(done) >= max(expected_replicas, 1)
+
+    # A restarted control replica must not forget an operator's load: the state is on disk.
+    def _persist(self) -> None:
+        if self.state_file is None:
+            return
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({s: d.model_dump() for s, d in self.desired.items()}))
+        tmp.replace(self.state_file)
+
+    def _restore(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            saved = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return
+        for slot, raw in saved.items():
+            if slot in self.desired:  # slots no longer configured are ignored
+                self.desired[slot] = Desired.model_validate(raw)

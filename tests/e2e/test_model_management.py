@@ -1,0 +1,179 @@
+"""Model management on a slot with two replicas: load, unload, status, readiness, new replicas.
+
+Runs a second application ("managed", two LLM replicas) in the session's cluster. Its second
+model is a copy of the tiny model in a configured models directory, loaded by path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+
+import httpx
+import pytest
+
+TINY = "ominix-tiny-qwen3"
+
+
+def wait_for(predicate, timeout_s=120, interval=0.5):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not reached")
+
+
+@pytest.fixture(scope="module")
+def managed(server, cache_dir, tiny_llm_dir, tmp_path_factory):
+    from ray import serve
+
+    from graphs.config import GraphArgs
+    from graphs.omni import build_graph
+
+    models_dir = tmp_path_factory.mktemp("models")
+    second = models_dir / "tiny-b"
+    shutil.copytree(tiny_llm_dir, second)
+    args = {"cache_dir": str(cache_dir), "llm": {"models_dir": str(models_dir)}}
+    serve.run(build_graph(GraphArgs.from_args(args), options={"LLM": {"num_replicas": 2}}), name="managed", route_prefix="/managed", blocking=False)
+    client = httpx.Client(base_url=f"{server}/managed", timeout=120)
+
+    def two_replicas_ready():
+        r = client.get("/v1/models/status")
+        return r.status_code == 200 and len(r.json()["slots"]["llm"]["replicas"]) == 2
+    wait_for(two_replicas_ready, 180)
+    yield client, str(second)
+    client.close()
+    serve.delete("managed")
+
+
+def chat(client, **kw):
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **kw}
+    return client.post("/v1/chat/completions", json=body)
+
+
+def replicas(client):
+    return client.get("/v1/models/status").json()["slots"]["llm"]["replicas"]
+
+
+def test_ready_with_the_configured_default_on_both_replicas(managed):
+    client, _ = managed
+    assert client.get("/readyz").json() == {
+        "status": "ready",
+        "slots": {"llm": {"ready": True, "model": TINY, "replicas": 2}},
+    }
+    assert [r["default_model"] for r in replicas(client)] == [TINY, TINY]
+    assert all(r["memory"]["mlx_active_bytes"] > 0 for r in replicas(client))
+
+
+def test_load_switches_every_replica_and_requests_keep_being_served(managed):
+    client, second = managed
+
+    async def traffic():
+        async with httpx.AsyncClient(base_url=str(client.base_url), timeout=120) as c:
+            results = []
+            for _ in range(10):
+                results.append(await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}))
+            return results
+
+    async def load_during_traffic():
+        async with httpx.AsyncClient(base_url=str(client.base_url), timeout=300) as c:
+            load = asyncio.create_task(c.post("/v1/models/load", json={"model": second, "model_type": "llm"}))
+            during = await traffic()
+            return await load, during
+
+    load, during = asyncio.run(load_during_traffic())
+    assert load.status_code == 200, load.text
+    assert {r["default_model"] for r in load.json()["replicas"]} == {second}
+    assert len(load.json()["replicas"]) == 2
+    assert all(r.status_code == 200 for r in during), [r.text for r in during if r.status_code != 200]
+    r = chat(client)
+    assert r.status_code == 200 and r.json()["model"] == second
+    models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+    assert models[second]["loaded"] is True
+
+
+def test_a_replacement_replica_comes_up_with_the_current_default(managed):
+    import ray
+
+    client, second = managed
+    before = {r["replica_id"] for r in replicas(client)}
+    victim = next(
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("SERVE_REPLICA::managed#LLM#")
+    )
+    ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+
+    def replaced():
+        now = replicas(client)
+        return len(now) == 2 and {r["replica_id"] for r in now} != before and now
+    now = wait_for(replaced, 180)
+    assert [r["default_model"] for r in now] == [second, second]
+
+
+def test_unload_frees_memory_on_every_replica_then_load_restores(managed):
+    client, _ = managed
+    r = client.post("/v1/models/unload", json={"model_type": "llm"})
+    assert r.status_code == 200, r.text
+    freed = r.json()["unloaded"]["llm"]
+    assert len(freed) == 2 and all(f["freed_bytes"] > 0 for f in freed)
+    assert all(rep["loaded_models"] == [] for rep in replicas(client))
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["slots"]["llm"]["ready"] is False
+    unavailable = chat(client)
+    assert unavailable.status_code == 503 and "/v1/models/load" in unavailable.json()["error"]["message"]
+    assert client.post("/v1/models/load", json={"model": TINY}).status_code == 200
+    assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"model": "acme/not-allowed"}, 403),
+        ({"model": "../../etc"}, 400),
+        ({"model": "/etc"}, 400),
+        ({"model": TINY, "model_type": "video"}, 400),
+        ({"model_type": "llm"}, 400),
+    ],
+)
+def test_load_refusals(managed, body, status):
+    client, _ = managed
+    r = client.post("/v1/models/load", json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["message"]
+
+
+def test_failed_load_keeps_the_previous_model(managed, tmp_path):
+    client, _ = managed
+    from ray import serve  # noqa: F401  (the session is a Ray driver)
+
+    models_dir = client.get("/v1/models/report").json()
+    assert "by_slot" in models_dir
+    broken = "broken-model"
+    # A directory inside models_dir that is not a model: allowed by policy, fails to load.
+    import json as _json
+
+    status_before = replicas(client)
+    root = None
+    for entry in models_dir["by_slot"].get("llm", []):
+        if entry["source"] == "models_dir":
+            root = entry["path"].rsplit("/", 1)[0]
+    assert root, models_dir
+    import os
+
+    os.makedirs(os.path.join(root, broken), exist_ok=True)
+    with open(os.path.join(root, broken, "config.json"), "w") as f:
+        _json.dump({"model_type": "no_such_architecture"}, f)
+    r = client.post("/v1/models/load", json={"model": broken})
+    assert r.status_code == 500 and "keeps serving" in r.json()["error"]["message"]
+    assert [rep["default_model"] for rep in replicas(client)] == [s["default_model"] for s in status_before]
+    assert chat(client).status_code == 200
+
+
+def test_version_lists_engines_and_loaded_models(managed):
+    client, _ = managed
+    v = client.get("/v1/version").json()
+    assert v["capabilities"]["mlx-lm"]["category"] == "llm"
+    assert {"model": TINY, "model_type": "llm"} in v["models_loaded"]
+    assert client.get("/version").json()["ominix_serve"] == v["ominix_serve"]
