@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deployments.cuda_proxy.config import CudaArgs, CudaRoute, check_no_collision
 from deployments.llm.config import LLMSlotConfig
 
 
@@ -25,6 +26,9 @@ class GraphArgs(BaseModel):
         True, description="Fail start-up when a configured model is neither local nor reachable"
     )
     llm: LLMSlotConfig = Field(default_factory=LLMSlotConfig)
+    cuda: CudaArgs = Field(
+        default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
+    )
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -39,7 +43,15 @@ class GraphArgs(BaseModel):
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
+        config.cuda = config.cuda.with_env(environ)
         return config
+
+    def cuda_route(self) -> Optional[CudaRoute]:
+        """The validated CUDA route, or None when none of its settings is present."""
+        route = self.cuda.route()
+        if route is not None and self.llm.enabled:
+            check_no_collision(route, self.llm.allowed_models())
+        return route
 
     def catalog(self) -> dict[str, list[str]]:
         """slot -> allowed model ids (default first), for the ingress."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from ray.serve import Application
 
+from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
@@ -20,12 +21,16 @@ logger = logging.getLogger("ray.serve")
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
     config = GraphArgs.from_args(args)
+    cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
     llm = None
     if config.llm.enabled:
         llm = LLMSlot.bind(config.llm.model_dump(), cache_dir=config.cache_dir)
-    return Ingress.bind(config.catalog(), llm=llm)
+    cuda = {}
+    if cuda_route is not None:
+        cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
+    return Ingress.bind(config.catalog(), llm=llm, **cuda)
 
 
 def _check_models(config: GraphArgs) -> None:

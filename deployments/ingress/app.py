@@ -4,7 +4,7 @@ from fastapi import FastAPI
 
 from deployments import SERVICE_NAME, __version__
 from deployments.ingress.errors import install_error_handlers
-from deployments.ingress.routers import chat, completions, health, models
+from deployments.ingress.routers import chat, completions, health, models, readiness
 
 
 def create_app() -> FastAPI:
@@ -14,6 +14,7 @@ def create_app() -> FastAPI:
         description="OpenAI-compatible MLX model server (Ray Serve graph)",
     )
     install_error_handlers(app)
-    for router in (health.router, models.router, chat.router, completions.router):
+    # readiness before models: /v1/models/status must win over /v1/models/{model_id:path}
+    for router in (health.router, readiness.router, models.router, chat.router, completions.router):
         app.include_router(router)
     return app

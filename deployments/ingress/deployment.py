@@ -20,6 +20,16 @@ app = create_app()
 @serve.deployment(name="Ingress", max_ongoing_requests=256)
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, catalog: dict[str, list[str]], llm: Optional[DeploymentHandle] = None):
-        self.state = IngressState(catalog=ModelCatalog(catalog), llm=llm)
+    def __init__(
+        self,
+        catalog: dict[str, list[str]],
+        llm: Optional[DeploymentHandle] = None,
+        cuda: Optional[DeploymentHandle] = None,
+        cuda_models: tuple[str, ...] = (),
+    ):
+        self.state = IngressState(
+            catalog=ModelCatalog(catalog), llm=llm, cuda=cuda, cuda_models=frozenset(cuda_models)
+        )
         logger.info("Ingress serving models: %s", catalog)
+        if cuda is not None:
+            logger.info("Ingress routes to CUDA: %s", sorted(cuda_models))

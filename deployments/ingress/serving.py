@@ -36,7 +36,11 @@ class SlotStream:
         if state.llm is None:
             raise unavailable("The LLM slot is not enabled in this graph")
         handle = state.llm.options(multiplexed_model_id=model, stream=True)
-        gen = getattr(handle, method).remote(request)
+        return await cls.start(getattr(handle, method).remote(request))
+
+    @classmethod
+    async def start(cls, gen: Any) -> "SlotStream":
+        """Wrap any deployment's response generator, awaiting its first chunk."""
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:

@@ -13,6 +13,8 @@ from deployments.ingress.catalog import ModelCatalog
 class IngressState:
     catalog: ModelCatalog
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
+    cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
+    cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)
 
 
 def ingress_state() -> IngressState:
