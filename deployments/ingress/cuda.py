@@ -52,16 +52,19 @@ async def cuda_status(state: IngressState) -> Optional[dict[str, Any]]:
         return None
     try:
         return await state.cuda.readiness.remote()
-    except Exception as e:
-        raise from_exception(e) from None
+    except Exception as e:  # the proxy deployment itself is down: not ready, say why
+        return {
+            "configured": True,
+            "models": sorted(state.cuda_models),
+            "shim_reachable": False,
+            "model_ready": False,
+            "reason": f"CUDA proxy unavailable: {from_exception(e).message}",
+        }
 
 
 async def cuda_model_cards(state: IngressState) -> list[ModelCard]:
     """Mapped ids, listed only while a live probe says the worker's model is ready."""
-    try:
-        status = await cuda_status(state)
-    except Exception:  # the proxy itself is down: its ids are simply not listed
-        return []
+    status = await cuda_status(state)
     if not status or not status["model_ready"]:
         return []
     return [CudaModelCard(id=model) for model in status["models"]]
