@@ -329,6 +329,15 @@ def test_client_disconnect_aborts_the_worker_request(cuda_http, fresh):
     assert aborts[0]["reason"] == "client_disconnect_or_upstream_failure"
 
 
+def test_client_disconnect_aborts_a_non_streaming_request(cuda_url, fresh):
+    fresh.behaviour, fresh.slow_s = "slow", TIMEOUT_S - 1  # would answer cleanly if left alone
+    body = {"model": PUBLIC, "messages": PING}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{cuda_url}/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=1))
+    aborts = settle_aborts(fresh, 1, timeout=1.5)
+    assert [a["request_id"] for a in aborts] == [fresh.generate_requests[0]["request_id"]]
+
+
 # ---- the worker stops --------------------------------------------------------------------------
 
 

@@ -58,9 +58,12 @@ async def collect(shim: ShimClient, request: CudaChatRequest):
     return [c async for c in shim.stream(request)]
 
 
-async def settle():
-    """Let fire-and-forget aborts reach the worker."""
-    await asyncio.sleep(0.3)
+async def settle(worker: FakeWorker = None, expected: int = 0):
+    """Let fire-and-forget aborts reach the worker (and give an unexpected one time to come)."""
+    deadline = time.monotonic() + 3
+    while worker is not None and len(worker.aborts) < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)
 
 
 # ---- readiness -------------------------------------------------------------------------------
@@ -171,7 +174,7 @@ async def test_generate_status_mapping(shim, fresh, status, expected, stream):
         else:
             await shim.complete(chat())
     assert info.value.status_code == expected and info.value.type == "upstream_error"
-    await settle()
+    await settle(fresh, 1)
     assert [a["request_id"] for a in fresh.aborts] == [fresh.generate_requests[0]["request_id"]]
 
 
@@ -200,7 +203,7 @@ async def test_timeout_is_504_and_aborts(fresh):
         await client.complete(chat())
     assert info.value.status_code == 504 and info.value.message == "The CUDA inference backend timed out"
     assert time.monotonic() - started < 2.4
-    await settle()
+    await settle(fresh, 1)
     assert len(fresh.aborts) == 1
     await client.aclose()
 
@@ -211,7 +214,7 @@ async def test_redirect_is_not_followed(shim, fresh):
         await shim.complete(chat())
     assert info.value.status_code == 502
     assert len(fresh.generate_requests) == 1
-    await settle()
+    await settle(fresh, 1)
     assert len(fresh.aborts) == 1
 
 
@@ -221,7 +224,7 @@ async def test_wrong_content_type_is_502_even_when_streaming(shim, fresh):
         with pytest.raises(APIError) as info:
             await (shim.complete(request) if not request.stream else collect(shim, request))
         assert info.value.status_code == 502
-    await settle()
+    await settle(fresh, 2)
     assert len(fresh.aborts) == 2
 
 
@@ -249,7 +252,7 @@ async def test_bad_worker_streams_non_streaming_are_502(shim, fresh, behaviour):
     with pytest.raises(APIError) as info:
         await shim.complete(chat())
     assert (info.value.status_code, info.value.message) == (502, FAILED)
-    await settle()
+    await settle(fresh, 1)
     assert len(fresh.aborts) == 1
 
 
@@ -263,7 +266,7 @@ async def test_bad_worker_streams_mid_stream(shim, fresh, behaviour):
     assert info.value.message == BAD_STREAMS[behaviour] and info.value.type == "upstream_error"
     assert chunks[0].choices[0].delta.role == "assistant"  # the 200 had already started
     assert all(c.choices[0].finish_reason is None for c in chunks)
-    await settle()
+    await settle(fresh, 1)
     assert len(fresh.aborts) == 1
 
 
@@ -276,7 +279,7 @@ async def test_client_leaving_a_stream_aborts_once(shim, fresh):
     assert (await anext(stream)).choices[0].delta.role == "assistant"
     assert (await anext(stream)).choices[0].delta.content == "tick "
     await stream.aclose()  # what a disconnect does to the generator
-    await settle()
+    await settle(fresh, 1)
     [abort] = fresh.aborts
     assert abort == {
         "protocol_version": "ominix.worker.v0",
@@ -293,7 +296,7 @@ async def test_cancelled_non_streaming_request_aborts(shim, fresh):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await settle()
+    await settle(fresh, 1)
     assert len(fresh.aborts) == 1
 
 
