@@ -268,10 +268,10 @@ class _ChunkFactory:
     """Stream chunks that share the response's id, creation time and public model id."""
 
     def __init__(self, chunk_id: str, model: str):
-        self.first = ChatCompletionChunk(id=chunk_id, model=model, choices=[])
+        self._template = ChatCompletionChunk(id=chunk_id, model=model, choices=[])
 
     def __call__(self, delta: DeltaMessage, finish_reason=None, usage=None) -> ChatCompletionChunk:
-        return self.first.model_copy(
+        return self._template.model_copy(
             update={
                 "choices": [ChatChunkChoice(delta=delta, finish_reason=finish_reason)],
                 "usage": usage,
