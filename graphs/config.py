@@ -12,8 +12,30 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deployments.cuda_proxy.config import CudaArgs, CudaRoute, check_no_collision
+from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
+from deployments.ingress.config import IngressSettings, hash_key
 from deployments.llm.config import LLMSlotConfig
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# The ingress's chat timeout stays this much above the CUDA route's, so the route times out first.
+CUDA_TIMEOUT_MARGIN_S = 10
+
+
+class SecurityArgs(BaseModel):
+    """Who may call the server. Prefer OMINIX_API_KEY to `api_keys`: Ray logs application args."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_keys: list[str] = Field(default_factory=list, repr=False)
+    cors_origins: list[str] = Field(default_factory=list)
+    max_concurrent_requests: int = Field(24, ge=1, description="In flight per ingress replica; above: 429")
+    allow_unauthenticated_network_access: bool = Field(
+        False, description="Serve on a non-loopback address without API keys (a deliberate decision)"
+    )
+
+
+class InsecureBind(ValueError):
+    """Refusing to serve without keys on a non-loopback address."""
 
 
 class GraphArgs(BaseModel):
@@ -25,6 +47,7 @@ class GraphArgs(BaseModel):
     check_models: bool = Field(
         True, description="Fail start-up when a configured model is neither local nor reachable"
     )
+    security: SecurityArgs = Field(default_factory=SecurityArgs)
     llm: LLMSlotConfig = Field(default_factory=LLMSlotConfig)
     cuda: CudaArgs = Field(
         default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
@@ -43,6 +66,15 @@ class GraphArgs(BaseModel):
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
+        sec = config.security
+        keys = [k.strip() for k in environ.get("OMINIX_API_KEY", "").split(",") if k.strip()]
+        sec.api_keys = list(dict.fromkeys([*sec.api_keys, *keys]))
+        origins = [o.strip() for o in environ.get("OMINIX_CORS_ORIGINS", "").split(",") if o.strip()]
+        sec.cors_origins = origins or sec.cors_origins
+        if environ.get("OMINIX_MAX_CONNS", "").strip():
+            sec.max_concurrent_requests = int(environ["OMINIX_MAX_CONNS"])
+        if environ.get("OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS", "").strip().lower() in ("1", "true", "yes"):
+            sec.allow_unauthenticated_network_access = True
         config.cuda = config.cuda.with_env(environ)
         return config
 
@@ -53,9 +85,47 @@ class GraphArgs(BaseModel):
             check_no_collision(route, self.llm.allowed_models())
         return route
 
+    def ingress_settings(self, bind_host: Optional[str]) -> IngressSettings:
+        """What the ingress enforces; refuses a keyless non-loopback bind unless allowed."""
+        sec = self.security
+        loopback = bind_host is None or bind_host in LOOPBACK_HOSTS
+        if not sec.api_keys and not loopback and not sec.allow_unauthenticated_network_access:
+            raise InsecureBind(
+                f"Refusing to serve on {bind_host} without an API key: set OMINIX_API_KEY, or bind "
+                "http_options.host to 127.0.0.1, or set security.allow_unauthenticated_network_access "
+                "(OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS=1) if that is really what you want."
+            )
+        cuda_route = self.cuda_route()
+        if sec.cors_origins:
+            cors = sec.cors_origins
+        else:  # a browser page may call a keyless loopback server, nothing else by default
+            cors = ["*"] if (loopback and not sec.api_keys and cuda_route is None) else []
+        settings = IngressSettings(
+            api_key_hashes=[hash_key(k) for k in sec.api_keys],
+            cors_origins=cors,
+            max_concurrent_requests=sec.max_concurrent_requests,
+        )
+        return settings if cuda_route is None else _with_cuda_route(settings, cuda_route)
+
     def catalog(self) -> dict[str, list[str]]:
         """slot -> allowed model ids (default first), for the ingress."""
         slots = {}
         if self.llm.enabled:
             slots["llm"] = self.llm.allowed_models()
         return slots
+
+
+def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:
+    """A CUDA route spends remote GPU time on every request: no wildcard CORS (a web page must
+    not be able to spend it through a loopback server), and chat may run as long as the
+    route's own timeout, which answers first with its own 504 and aborts the worker request."""
+    if "*" in settings.cors_origins:
+        raise CudaConfigError(
+            "security.cors_origins must list exact origins when an OminiX-SGLang route is "
+            "configured: wildcard CORS would let any web page spend CUDA time"
+        )
+    settings = settings.model_copy(deep=True)
+    for policy in settings.routes:
+        if policy.prefix == "/v1/chat/completions" and policy.timeout_s is not None:
+            policy.timeout_s = max(policy.timeout_s, route.timeout_s + CUDA_TIMEOUT_MARGIN_S)
+    return settings

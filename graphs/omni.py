@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 from ray.serve import Application
 
@@ -24,13 +24,35 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
+    bind_host = _serve_http_host()
+    settings = config.ingress_settings(bind_host)
+    logger.info(
+        "Security mode: %s on %s; CORS origins %s; at most %d requests in flight per ingress replica",
+        "API keys required" if settings.auth_required else "no API key (keyless)",
+        bind_host or "an unknown host",
+        settings.cors_origins or "none",
+        settings.max_concurrent_requests,
+    )
     llm = None
     if config.llm.enabled:
         llm = LLMSlot.bind(config.llm.model_dump(), cache_dir=config.cache_dir)
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
-    return Ingress.bind(config.catalog(), llm=llm, **cuda)
+    return Ingress.bind(config.catalog(), settings.model_dump(), llm=llm, **cuda)
+
+
+def _serve_http_host() -> Optional[str]:
+    """The host Serve's HTTP proxy binds (http_options.host), or None if it cannot be read."""
+    try:
+        import ray
+        from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+        controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        return ray.get(controller.get_http_config.remote(), timeout=10).host
+    except Exception as e:  # not inside a Serve cluster (unit tests, `serve build`)
+        logger.debug("Could not read Serve's HTTP host: %s", e)
+        return None
 
 
 def _check_models(config: GraphArgs) -> None:

@@ -3,11 +3,25 @@
 from fastapi import FastAPI
 
 from deployments import SERVICE_NAME, __version__
+from deployments.ingress.config import IngressSettings
 from deployments.ingress.errors import install_error_handlers
+from deployments.ingress.middleware import (
+    ApiKeyAuth,
+    BodySizeLimit,
+    ConcurrencyLimit,
+    DynamicCORS,
+    RouteTimeout,
+)
 from deployments.ingress.routers import chat, completions, health, models, readiness
+from deployments.ingress.state import ingress_state
 
 
-def create_app() -> FastAPI:
+def _replica_settings() -> IngressSettings:
+    return ingress_state().settings
+
+
+def create_app(settings=_replica_settings) -> FastAPI:
+    """`settings` is looked up per request, so one app object serves any bound configuration."""
     app = FastAPI(
         title=SERVICE_NAME,
         version=__version__,
@@ -17,4 +31,7 @@ def create_app() -> FastAPI:
     # readiness before models: /v1/models/status must win over /v1/models/{model_id:path}
     for router in (health.router, readiness.router, models.router, chat.router, completions.router):
         app.include_router(router)
+    # Added last = runs first: CORS, then auth, the cap, body size, timeout, the routes.
+    for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):
+        app.add_middleware(middleware, settings=settings)
     return app

@@ -10,6 +10,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.ingress.app import create_app
 from deployments.ingress.catalog import ModelCatalog
+from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
 
 logger = logging.getLogger("ray.serve")
@@ -23,12 +24,17 @@ class Ingress:
     def __init__(
         self,
         catalog: dict[str, list[str]],
+        settings: Optional[dict] = None,
         llm: Optional[DeploymentHandle] = None,
         cuda: Optional[DeploymentHandle] = None,
         cuda_models: tuple[str, ...] = (),
     ):
         self.state = IngressState(
-            catalog=ModelCatalog(catalog), llm=llm, cuda=cuda, cuda_models=frozenset(cuda_models)
+            catalog=ModelCatalog(catalog),
+            settings=IngressSettings.model_validate(settings or {}),
+            llm=llm,
+            cuda=cuda,
+            cuda_models=frozenset(cuda_models),
         )
         logger.info("Ingress serving models: %s", catalog)
         if cuda is not None:

@@ -3,15 +3,17 @@ model catalog. Routers get it as a FastAPI dependency, so they stay plain functi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from deployments.ingress.catalog import ModelCatalog
+from deployments.ingress.config import IngressSettings
 
 
 @dataclass
 class IngressState:
     catalog: ModelCatalog
+    settings: IngressSettings = field(default_factory=IngressSettings)
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
     cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)

@@ -34,6 +34,7 @@ def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> Non
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"serve run exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        _fail_if_deploy_failed(log)
         try:
             r = httpx.post(f"{base_url}/v1/chat/completions", json=probe, timeout=10)
             if r.status_code == 200:
@@ -42,6 +43,17 @@ def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> Non
             pass
         time.sleep(1)
     raise RuntimeError(f"graph not serving after {START_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+
+
+def _fail_if_deploy_failed(log: Path) -> None:
+    from ray import serve
+
+    try:
+        app = serve.status().applications.get("ominix")
+    except Exception:
+        return
+    if app is not None and app.status == "DEPLOY_FAILED":
+        raise RuntimeError(f"the graph failed to deploy: {app.message}\n{log.read_text()[-4000:]}")
 
 
 @pytest.fixture(scope="session")

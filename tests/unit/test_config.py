@@ -47,3 +47,33 @@ def test_catalog_routes_by_exact_id():
         catalog.resolve("llm", "B")
     assert info.value.status_code == 404 and info.value.code == "model_not_found"
     assert [c.id for c in catalog.cards()] == ["a", "b"]
+
+
+def test_api_keys_from_env_reach_the_ingress_only_as_digests():
+    config = GraphArgs.from_args({}, environ={"OMINIX_API_KEY": "alpha, beta"})
+    settings = config.ingress_settings("127.0.0.1")
+    assert settings.auth_required
+    assert "alpha" not in settings.model_dump_json() and "beta" not in settings.model_dump_json()
+    assert settings.key_is_valid("alpha") and settings.key_is_valid("beta")
+    assert not settings.key_is_valid("gamma")
+    assert settings.cors_origins == []  # keys configured: no wildcard CORS
+
+
+def test_keyless_loopback_gets_wildcard_cors():
+    assert GraphArgs.from_args({}, environ={}).ingress_settings("127.0.0.1").cors_origins == ["*"]
+
+
+def test_keyless_network_bind_is_refused_unless_explicitly_allowed():
+    from graphs.config import InsecureBind
+
+    with pytest.raises(InsecureBind, match="OMINIX_API_KEY"):
+        GraphArgs.from_args({}, environ={}).ingress_settings("0.0.0.0")
+    allowed = GraphArgs.from_args({}, environ={"OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS": "1"})
+    settings = allowed.ingress_settings("0.0.0.0")
+    assert not settings.auth_required and settings.cors_origins == []
+    keyed = GraphArgs.from_args({}, environ={"OMINIX_API_KEY": "k"})
+    assert keyed.ingress_settings("0.0.0.0").auth_required
+
+
+def test_connection_cap_from_env():
+    assert GraphArgs.from_args({}, environ={"OMINIX_MAX_CONNS": "5"}).ingress_settings(None).max_concurrent_requests == 5
