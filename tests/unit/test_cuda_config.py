@@ -181,3 +181,31 @@ def test_build_app_fails_closed_on_a_bad_route(monkeypatch):
         monkeypatch.setenv(var, value)
     with pytest.raises(CudaConfigError, match="wildcards"):
         build_app({"check_models": False})
+
+
+# ---- the CUDA route and the ingress's security settings ------------------------------------
+
+
+def test_no_wildcard_cors_with_a_cuda_route():
+    assert GraphArgs.from_args({}, environ={}).ingress_settings("127.0.0.1").cors_origins == ["*"]
+    assert GraphArgs.from_args({}, environ=GOOD).ingress_settings("127.0.0.1").cors_origins == []
+    explicit = {**GOOD, "OMINIX_CORS_ORIGINS": "https://app.example.com"}
+    assert GraphArgs.from_args({}, environ=explicit).ingress_settings("127.0.0.1").cors_origins == [
+        "https://app.example.com"
+    ]
+    with pytest.raises(CudaConfigError, match="wildcard CORS"):
+        GraphArgs.from_args({}, environ={**GOOD, "OMINIX_CORS_ORIGINS": "*"}).ingress_settings("127.0.0.1")
+
+
+def chat_timeout(settings):
+    return settings.policy_for("/v1/chat/completions").timeout_s
+
+
+def test_chat_timeout_leaves_room_for_the_cuda_timeout():
+    local = chat_timeout(GraphArgs.from_args({}, environ={}).ingress_settings(None))
+    assert chat_timeout(GraphArgs.from_args({}, environ=GOOD).ingress_settings(None)) == 1810
+    short = {**GOOD, "OMINIX_V0_SCHEDULER_TIMEOUT_SECS": "5"}
+    assert chat_timeout(GraphArgs.from_args({}, environ=short).ingress_settings(None)) == local
+    # other routes keep their own timeouts
+    settings = GraphArgs.from_args({}, environ=GOOD).ingress_settings(None)
+    assert settings.policy_for("/v1/completions").timeout_s == local
