@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# serve run serve_config.yaml, with OminiX's PORT / OMINIX_API_HOST / OMINIX_TLS_* applied.
 serve: setup
-	$(VENV)/bin/serve run serve_config.yaml
+	$(VENV)/bin/python -m graphs.serve
 
 test: setup
 	$(VENV)/bin/python -m pytest

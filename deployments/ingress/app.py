@@ -12,7 +12,8 @@ from deployments.ingress.middleware import (
     DynamicCORS,
     RouteTimeout,
 )
-from deployments.ingress.routers import chat, completions, health, models, readiness
+from deployments.ingress.metrics import RequestMetrics
+from deployments.ingress.routers import chat, completions, health, metrics, models, readiness
 from deployments.ingress.state import ingress_state
 
 
@@ -29,9 +30,10 @@ def create_app(settings=_replica_settings) -> FastAPI:
     )
     install_error_handlers(app)
     # readiness before models: /v1/models/status must win over /v1/models/{model_id:path}
-    for router in (health.router, readiness.router, models.router, chat.router, completions.router):
+    for router in (health.router, readiness.router, models.router, chat.router, completions.router, metrics.router):
         app.include_router(router)
-    # Added last = runs first: CORS, then auth, the cap, body size, timeout, the routes.
+    # Added last = runs first: metrics, CORS, auth, the cap, body size, timeout, the routes.
     for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):
         app.add_middleware(middleware, settings=settings)
+    app.add_middleware(RequestMetrics, metrics=lambda: ingress_state().metrics)
     return app

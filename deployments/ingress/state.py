@@ -8,12 +8,14 @@ from typing import Any, Optional
 
 from deployments.ingress.catalog import ModelCatalog
 from deployments.ingress.config import IngressSettings
+from deployments.ingress.metrics import IngressMetrics
 
 
 @dataclass
 class IngressState:
     catalog: ModelCatalog
     settings: IngressSettings = field(default_factory=IngressSettings)
+    metrics: IngressMetrics = field(default_factory=IngressMetrics)
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
     cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)

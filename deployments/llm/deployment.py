@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from pathlib import Path
 from typing import AsyncIterator, Optional
@@ -19,6 +20,7 @@ from ray import serve
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.llm.config import LLMSlotConfig
 from deployments.llm.engine import LLMEngine, SamplingParams
+from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
 from deployments.protocol.errors import APIError, model_not_found, unavailable
@@ -40,6 +42,7 @@ class LLMSlot:
         self.config = LLMSlotConfig.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self._engines: weakref.WeakSet[LLMEngine] = weakref.WeakSet()
+        self.metrics = GenerationMetrics()
 
         # Serve's multiplexer keeps its LRU on the decorated callable, which must accept
         # attributes: a plain closure, not a bound method.
@@ -94,15 +97,29 @@ class LLMSlot:
             yield chunk
 
     async def _generate(self, engine, prompt: Prompt, request, tools) -> AsyncIterator[GenerationChunk]:
+        start = time.perf_counter()
         max_tokens = engine.resolve_max_tokens(len(prompt.token_ids), request.token_budget())
         params = SamplingParams.from_request(request, max_tokens, engine.generation_defaults)
         engine.check_params(params)
+        first_token_at = None
         async for chunk in engine.generate(prompt, params, tools):
+            now = time.perf_counter()
+            if first_token_at is None:
+                first_token_at = now
+                self.metrics.first_token(engine.model_id, now - start)
+            if chunk.usage is not None:
+                self.metrics.finished(
+                    engine.model_id, chunk.usage.prompt_tokens, chunk.usage.completion_tokens, now - first_token_at
+                )
             yield chunk
 
     def stats(self) -> dict:
-        """This replica's engines: sequences running, finished, aborted; tokens generated."""
-        return {e.model_id: dict(e.stats) for e in list(self._engines) if not e.closed}
+        """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""
+        return {
+            e.model_id: {**e.stats, **self.metrics.summary(e.model_id)}
+            for e in list(self._engines)
+            if not e.closed
+        }
 
     def check_health(self) -> None:
         # A replica whose engine thread died cannot serve: let Serve replace it.

@@ -81,3 +81,22 @@ def test_oversized_chat_body_is_413(http):
 def test_oversized_body_on_a_small_route_is_413(http):
     r = http.post("/v1/models", content=b"x" * (2 * 1024 * 1024))
     assert r.status_code == 413
+
+
+def test_metrics_summary_counts_requests_and_tokens(http, client):
+    client.chat.completions.create(
+        model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "count me"}], max_tokens=5, temperature=0
+    )
+    http.get("/v1/no-such-route")
+    summary = http.get("/metrics").json()
+    routes = summary["ingress"]["by_route"]
+    assert routes["POST /v1/chat/completions"]["200"] >= 1
+    assert routes["GET (unmatched)"]["404"] >= 1
+    llm = summary["llm"]["ominix-tiny-qwen3"]
+    assert llm["completion_tokens"] >= 5 and llm["prompt_tokens"] > 0
+    assert llm["ttft_count"] >= 1 and llm["ttft_ms_mean"] > 0
+
+
+def test_metrics_are_behind_the_key(keyed_url):
+    assert httpx.get(f"{keyed_url}/metrics").status_code == 401
+    assert httpx.get(f"{keyed_url}/metrics", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200

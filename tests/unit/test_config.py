@@ -77,3 +77,14 @@ def test_keyless_network_bind_is_refused_unless_explicitly_allowed():
 
 def test_connection_cap_from_env():
     assert GraphArgs.from_args({}, environ={"OMINIX_MAX_CONNS": "5"}).ingress_settings(None).max_concurrent_requests == 5
+
+
+def test_ominix_env_names_patch_http_options():
+    from graphs.serve import apply_env
+
+    config = {"http_options": {"host": "127.0.0.1", "port": 8080}, "applications": []}
+    patched = apply_env(config, {"PORT": "9000", "OMINIX_TLS_CERT": "/c.pem", "OMINIX_TLS_KEY": "/k.pem"})
+    assert patched["http_options"] == {"host": "127.0.0.1", "port": 9000, "ssl_certfile": "/c.pem", "ssl_keyfile": "/k.pem"}
+    assert config["http_options"]["port"] == 8080  # the file's config is not modified
+    with pytest.raises(SystemExit):
+        apply_env(config, {"OMINIX_TLS_CERT": "/c.pem"})

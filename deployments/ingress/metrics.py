@@ -1,0 +1,73 @@
+"""Request metrics of the ingress: Ray Serve (Prometheus) counters and a JSON summary.
+
+Ray Serve's own metrics (ray_serve_*) stay as they are; these add per-route counts by status
+and latency. Routes are labelled by their template (`/v1/models/{model_id:path}`), never by
+the raw path, so a flood of random URLs cannot blow up the label set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Callable, Optional
+
+_BOUNDARIES_MS = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000]
+
+
+class IngressMetrics:
+    def __init__(self):
+        self.requests: Counter[tuple[str, str, int]] = Counter()
+        self._serve_counter = self._serve_histogram = None
+        try:  # only inside a Serve replica
+            from ray.serve.metrics import Counter as ServeCounter
+            from ray.serve.metrics import Histogram
+
+            self._serve_counter = ServeCounter(
+                "ominix_requests", description="Requests by route and status", tag_keys=("route", "method", "status")
+            )
+            self._serve_histogram = Histogram(
+                "ominix_request_latency_ms",
+                description="Request latency (until the response ends)",
+                boundaries=_BOUNDARIES_MS,
+                tag_keys=("route", "method"),
+            )
+        except Exception:
+            pass
+
+    def record(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests[(method, route, status)] += 1
+        if self._serve_counter is not None:
+            self._serve_counter.inc(tags={"route": route, "method": method, "status": str(status)})
+            self._serve_histogram.observe(seconds * 1000, tags={"route": route, "method": method})
+
+    def summary(self) -> dict:
+        by_route: dict[str, dict[str, int]] = {}
+        for (method, route, status), n in sorted(self.requests.items()):
+            by_route.setdefault(f"{method} {route}", {})[str(status)] = n
+        errors = sum(n for (_, _, status), n in self.requests.items() if status >= 400)
+        return {"requests_total": sum(self.requests.values()), "errors_total": errors, "by_route": by_route}
+
+
+class RequestMetrics:
+    """ASGI middleware feeding IngressMetrics (outermost, so rejections are counted too)."""
+
+    def __init__(self, app, metrics: Callable[[], IngressMetrics]):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status: Optional[int] = None
+
+        async def tracking_send(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "(unmatched)"
+            self.metrics().record(scope.get("method", ""), route, status or 500, time.perf_counter() - start)

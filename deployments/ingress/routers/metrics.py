@@ -1,0 +1,25 @@
+"""GET /metrics: a JSON summary of the counters (as MiniInfer offers), behind the API key.
+
+Prometheus scrapes the same numbers (and Ray Serve's own) from Ray's metrics export; this route
+is for people and scripts. Counts are per ingress replica; the LLM numbers come from one LLM
+replica per call.
+"""
+
+import asyncio
+
+from fastapi import APIRouter, Depends
+
+from deployments.ingress.state import IngressState, ingress_state
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics")
+async def metrics(state: IngressState = Depends(ingress_state)) -> dict:
+    out = {"ingress": state.metrics.summary()}
+    if state.llm is not None:
+        try:
+            out["llm"] = await asyncio.wait_for(state.llm.stats.remote(), timeout=5)
+        except Exception as e:  # a slot that cannot answer must not break the summary
+            out["llm"] = {"error": f"{type(e).__name__}: {e}"}
+    return out

@@ -1,0 +1,51 @@
+"""`python -m graphs.serve [serve run options]`: `serve run serve_config.yaml` with OminiX-API's
+environment names applied to Ray Serve's HTTP options, which Ray reads before any graph code runs:
+
+  PORT              http_options.port
+  OMINIX_API_HOST   http_options.host
+  OMINIX_TLS_CERT   http_options.ssl_certfile  (with OMINIX_TLS_KEY: serve HTTPS)
+  OMINIX_TLS_KEY    http_options.ssl_keyfile
+
+The config file is not modified; a patched copy is passed to `serve run`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+ENV_TO_HTTP_OPTION = {
+    "PORT": ("port", int),
+    "OMINIX_API_HOST": ("host", str),
+    "OMINIX_TLS_CERT": ("ssl_certfile", str),
+    "OMINIX_TLS_KEY": ("ssl_keyfile", str),
+}
+
+
+def apply_env(config: dict, environ: Mapping[str, str]) -> dict:
+    http = dict(config.get("http_options") or {})
+    for var, (option, cast) in ENV_TO_HTTP_OPTION.items():
+        value = environ.get(var, "").strip()
+        if value:
+            http[option] = cast(os.path.expanduser(value) if cast is str else value)
+    if bool(http.get("ssl_certfile")) != bool(http.get("ssl_keyfile")):
+        raise SystemExit("TLS needs both a certificate and a key (OMINIX_TLS_CERT and OMINIX_TLS_KEY)")
+    return {**config, "http_options": http}
+
+
+def main(argv: list[str]) -> None:
+    config_path = Path(os.environ.get("OMINIX_SERVE_CONFIG", "serve_config.yaml"))
+    config = apply_env(yaml.safe_load(config_path.read_text()), os.environ)
+    patched = Path(tempfile.mkdtemp(prefix="ominix-")) / config_path.name
+    patched.write_text(yaml.safe_dump(config, sort_keys=False))
+    serve_cli = Path(sys.executable).parent / "serve"
+    os.execv(str(serve_cli), [str(serve_cli), "run", *argv, str(patched)])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
