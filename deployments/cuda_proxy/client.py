@@ -117,22 +117,23 @@ class ShimClient:
                 except (ProtocolError, ValueError):
                     return response.status_code, None
 
-    async def _check_ready(self) -> None:
-        status = await self.readiness()
-        if not status["model_ready"]:
-            logger.warning("CUDA route not ready: %s", status.get("reason"))
-            raise NotReady(status.get("reason", "not ready"))
+    async def _admit(self, request: CudaChatRequest) -> str:
+        """Checks before any generate call (spec 6.4, then a live probe); the new request id."""
+        try:
+            check_supported(request)
+            status = await self.readiness()
+            if not status["model_ready"]:
+                logger.warning("CUDA route not ready: %s", status.get("reason"))
+                raise NotReady(status.get("reason", "not ready"))
+        except ShimError as e:
+            raise http_error(e) from None
+        return new_request_id()
 
     # -- generation (spec 6.4 - 6.6) -----------------------------------------------------------
 
     async def complete(self, request: CudaChatRequest) -> ChatCompletionResponse:
         """A non-streaming chat completion; the worker still answers in SSE."""
-        try:
-            check_supported(request)
-            await self._check_ready()
-        except ShimError as e:
-            raise http_error(e) from None
-        request_id = new_request_id()
+        request_id = await self._admit(request)
         armed = True
         try:
             deadline = self._deadline()
@@ -162,12 +163,7 @@ class ShimClient:
         """True streaming: the role chunk as soon as the worker accepted, then one chunk per
         text delta, then the finish chunk with usage. Errors before the first chunk carry their
         HTTP status; later ones are raised with the mid-stream message."""
-        try:
-            check_supported(request)
-            await self._check_ready()
-        except ShimError as e:
-            raise http_error(e) from None
-        request_id = new_request_id()
+        request_id = await self._admit(request)
         armed = True
         response = None
         try:
