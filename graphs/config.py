@@ -12,10 +12,13 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
 from deployments.ingress.config import IngressSettings, hash_key
 from deployments.llm.config import LLMSlotConfig
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# The ingress's chat timeout stays this much above the CUDA route's, so the route times out first.
+CUDA_TIMEOUT_MARGIN_S = 10
 
 
 class SecurityArgs(BaseModel):
@@ -46,6 +49,9 @@ class GraphArgs(BaseModel):
     )
     security: SecurityArgs = Field(default_factory=SecurityArgs)
     llm: LLMSlotConfig = Field(default_factory=LLMSlotConfig)
+    cuda: CudaArgs = Field(
+        default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
+    )
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -69,7 +75,15 @@ class GraphArgs(BaseModel):
             sec.max_concurrent_requests = int(environ["OMINIX_MAX_CONNS"])
         if environ.get("OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS", "").strip().lower() in ("1", "true", "yes"):
             sec.allow_unauthenticated_network_access = True
+        config.cuda = config.cuda.with_env(environ)
         return config
+
+    def cuda_route(self) -> Optional[CudaRoute]:
+        """The validated CUDA route, or None when none of its settings is present."""
+        route = self.cuda.route()
+        if route is not None and self.llm.enabled:
+            check_no_collision(route, self.llm.allowed_models())
+        return route
 
     def ingress_settings(self, bind_host: Optional[str]) -> IngressSettings:
         """What the ingress enforces; refuses a keyless non-loopback bind unless allowed."""
@@ -81,15 +95,17 @@ class GraphArgs(BaseModel):
                 "http_options.host to 127.0.0.1, or set security.allow_unauthenticated_network_access "
                 "(OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS=1) if that is really what you want."
             )
+        cuda_route = self.cuda_route()
         if sec.cors_origins:
             cors = sec.cors_origins
         else:  # a browser page may call a keyless loopback server, nothing else by default
-            cors = ["*"] if (loopback and not sec.api_keys) else []
-        return IngressSettings(
+            cors = ["*"] if (loopback and not sec.api_keys and cuda_route is None) else []
+        settings = IngressSettings(
             api_key_hashes=[hash_key(k) for k in sec.api_keys],
             cors_origins=cors,
             max_concurrent_requests=sec.max_concurrent_requests,
         )
+        return settings if cuda_route is None else _with_cuda_route(settings, cuda_route)
 
     def catalog(self) -> dict[str, dict]:
         """slot -> its allowed model ids (default first) and models directory, for the ingress."""
@@ -101,3 +117,19 @@ class GraphArgs(BaseModel):
     def defaults(self) -> dict[str, str]:
         """slot -> the configured default model, the control plane's starting point."""
         return {slot: spec["models"][0] for slot, spec in self.catalog().items()}
+
+
+def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:
+    """A CUDA route spends remote GPU time on every request: no wildcard CORS (a web page must
+    not be able to spend it through a loopback server), and chat may run as long as the
+    route's own timeout, which answers first with its own 504 and aborts the worker request."""
+    if "*" in settings.cors_origins:
+        raise CudaConfigError(
+            "security.cors_origins must list exact origins when an OminiX-SGLang route is "
+            "configured: wildcard CORS would let any web page spend CUDA time"
+        )
+    settings = settings.model_copy(deep=True)
+    for policy in settings.routes:
+        if policy.prefix == "/v1/chat/completions" and policy.timeout_s is not None:
+            policy.timeout_s = max(policy.timeout_s, route.timeout_s + CUDA_TIMEOUT_MARGIN_S)
+    return settings

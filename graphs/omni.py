@@ -11,6 +11,7 @@ from typing import Any, Optional
 from ray.serve import Application
 
 from deployments.control.deployment import Control
+from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
@@ -28,6 +29,7 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     """`options` (deployment name -> Serve options) is for programmatic use (tests, benchmarks);
     serve_config.yaml sets the same through its `deployments:` block."""
     options = options or {}
+    cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
     bind_host = _serve_http_host()
@@ -45,8 +47,11 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         llm = LLMSlot.options(**options.get("LLM", {})).bind(
             config.llm.model_dump(), cache_dir=config.cache_dir, control=control
         )
+    cuda = {}
+    if cuda_route is not None:
+        cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
-    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm)
+    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, **cuda)
 
 
 def _serve_http_host() -> Optional[str]:

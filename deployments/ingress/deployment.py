@@ -27,11 +27,17 @@ class Ingress:
         settings: Optional[dict] = None,
         control: Optional[DeploymentHandle] = None,
         llm: Optional[DeploymentHandle] = None,
+        cuda: Optional[DeploymentHandle] = None,
+        cuda_models: tuple[str, ...] = (),
     ):
         self.state = IngressState(
             catalog=ModelCatalog.from_config(catalog),
             settings=IngressSettings.model_validate(settings or {}),
             control=control,
             llm=llm,
+            cuda=cuda,
+            cuda_models=frozenset(cuda_models),
         )
         logger.info("Ingress serving models: %s", catalog)
+        if cuda is not None:
+            logger.info("Ingress routes to CUDA: %s", sorted(cuda_models))

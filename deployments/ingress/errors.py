@@ -5,10 +5,12 @@ exceptions onto `APIError`, so no route ever returns FastAPI's 422 `detail` list
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deployments.protocol.errors import APIError, error_body, server_error, unavailable
@@ -35,6 +37,14 @@ def from_exception(exc: BaseException) -> APIError:
         return unavailable("A model replica died while serving the request; retry it")
     logger.exception("Unexpected error", exc_info=exc)
     return server_error(f"Internal error: {type(exc).__name__}: {exc}")
+
+
+def validate_body(model: type[BaseModel], body: Any) -> Any:
+    """Parse a JSON body that a route had to look at first; failures are the usual 400."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise RequestValidationError(e.errors(include_url=False)) from None
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -38,7 +38,11 @@ class SlotStream:
         # No model named: any replica, which serves the slot's current default.
         options = {"multiplexed_model_id": model} if model else {}
         handle = state.llm.options(stream=True, **options)
-        gen = getattr(handle, method).remote(request)
+        return await cls.start(getattr(handle, method).remote(request))
+
+    @classmethod
+    async def start(cls, gen: Any) -> "SlotStream":
+        """Wrap any deployment's response generator, awaiting its first chunk."""
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:

@@ -18,6 +18,8 @@ class IngressState:
     metrics: IngressMetrics = field(default_factory=IngressMetrics)
     control: Optional[Any] = None  # DeploymentHandle of the Control deployment
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
+    cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
+    cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)
 
     def slot_handle(self, slot: str) -> Optional[Any]:
         return getattr(self, slot, None)

@@ -247,7 +247,7 @@ class DeltaMessage(OmitNoneModel):
     tool_calls: Optional[list[ToolCallDelta]] = None
 
 
-FinishReason = Optional[Literal["stop", "length", "tool_calls"]]
+FinishReason = Optional[Literal["stop", "length", "tool_calls", "content_filter"]]
 
 
 class ChatChoice(BaseModel):

@@ -1,11 +1,15 @@
-"""POST /v1/chat/completions on the LLM slot: JSON or true token streaming (SSE)."""
+"""POST /v1/chat/completions on the LLM slot: JSON or true token streaming (SSE).
+Requests for CUDA-mapped model ids go to the CUDA proxy instead (see ingress/cuda.py)."""
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Body, Depends
+from pydantic import BaseModel
 
+from deployments.ingress.cuda import routes_to_cuda, serve_cuda_chat
+from deployments.ingress.errors import validate_body
 from deployments.ingress.serving import SlotStream, serve_generation
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.generation import GenerationChunk
@@ -24,10 +28,43 @@ from deployments.protocol.openai import (
 router = APIRouter(tags=["chat"])
 
 
-@router.post("/v1/chat/completions")
+def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its `$defs` inlined, for an OpenAPI requestBody (the body
+    is parsed in the route, so FastAPI cannot document it by itself)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+CHAT_REQUEST_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_schema(ChatCompletionRequest)}},
+    }
+}
+
+
+@router.post("/v1/chat/completions", openapi_extra=CHAT_REQUEST_DOC)
 async def create_chat_completion(
-    request: ChatCompletionRequest, state: IngressState = Depends(ingress_state)
+    body: dict[str, Any] = Body(..., description="An OpenAI chat completion request"),
+    state: IngressState = Depends(ingress_state),
 ):
+    # Routing comes before validation: a CUDA-mapped id is answered by the CUDA route's own
+    # rules (and never by a local slot), everything else by the local LLM slot.
+    if routes_to_cuda(state, body):
+        return await serve_cuda_chat(state, body)
+    request: ChatCompletionRequest = validate_body(ChatCompletionRequest, body)
     request_id = random_id("chatcmpl")
 
     def to_response(total: GenerationChunk, model: str) -> ChatCompletionResponse:
