@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deployments.asr.config import ASRSlotConfig, parse_mode
 from deployments.llm.config import LLMSlotConfig
 
 
@@ -25,6 +26,7 @@ class GraphArgs(BaseModel):
         True, description="Fail start-up when a configured model is neither local nor reachable"
     )
     llm: LLMSlotConfig = Field(default_factory=LLMSlotConfig)
+    asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -36,6 +38,7 @@ class GraphArgs(BaseModel):
         llm_model = environ.get("LLM_MODEL", "").strip()
         if llm_model:
             config.llm.default_model = llm_model
+        _asr_env(config.asr, environ)
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
@@ -46,4 +49,21 @@ class GraphArgs(BaseModel):
         slots = {}
         if self.llm.enabled:
             slots["llm"] = self.llm.allowed_models()
+        if self.asr.enabled:
+            slots["asr"] = self.asr.allowed_models()
         return slots
+
+
+def _asr_env(asr: ASRSlotConfig, environ: Mapping[str, str]) -> None:
+    """OminiX-API's ASR variables: ASR_MODEL_DIR (the model), ASR_MODE, ASR_MAX_BATCH."""
+    model = environ.get("ASR_MODEL_DIR", "").strip()
+    if model:
+        asr.default_model = model
+    mode = environ.get("ASR_MODE", "").strip()
+    if mode:
+        asr.mode = parse_mode(mode)
+    max_batch = environ.get("ASR_MAX_BATCH", "").strip()
+    if max_batch:
+        if not max_batch.isdigit() or int(max_batch) < 1:
+            raise ValueError(f"ASR_MAX_BATCH must be an integer >= 1, got {max_batch!r}")
+        asr.max_batch = int(max_batch)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ray.serve import Application
 
+from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
 from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
@@ -25,10 +26,18 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     llm = None
     if config.llm.enabled:
         llm = LLMSlot.bind(config.llm.model_dump(), cache_dir=config.cache_dir)
-    return Ingress.bind(config.catalog(), llm=llm)
+    asr = None
+    if config.asr.enabled:
+        asr = ASRSlot.bind(config.asr.model_dump(), cache_dir=config.cache_dir)
+    return Ingress.bind(config.catalog(), llm=llm, asr=asr)
 
 
 def _check_models(config: GraphArgs) -> None:
+    if config.asr.enabled:
+        try:
+            check_model_available(config.asr.default_model, builtins=BUILTIN_ASR_MODELS)
+        except ModelUnavailable as e:
+            raise ModelUnavailable(f"ASR slot cannot start: {e}") from None
     if not config.llm.enabled:
         return
     try:

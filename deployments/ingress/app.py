@@ -4,7 +4,7 @@ from fastapi import FastAPI
 
 from deployments import SERVICE_NAME, __version__
 from deployments.ingress.errors import install_error_handlers
-from deployments.ingress.routers import chat, completions, health, models
+from deployments.ingress.routers import audio_transcriptions, chat, completions, health, models
 
 
 def create_app() -> FastAPI:
@@ -16,4 +16,5 @@ def create_app() -> FastAPI:
     install_error_handlers(app)
     for router in (health.router, models.router, chat.router, completions.router):
         app.include_router(router)
+    app.include_router(audio_transcriptions.router)
     return app
