@@ -20,6 +20,7 @@ import numpy as np
 from ray import serve
 
 from deployments.asr.config import ASRSlotConfig
+from deployments.asr.limits import check_duration, check_upload_size
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.transcript import Transcript
@@ -110,18 +111,12 @@ class ASRSlot:
         return result
 
     async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:
-        limit = int(self.config.max_upload_mb * 1024 * 1024)
-        if len(data) > limit:
-            raise APIError(413, f"The audio file is {len(data) / 2**20:.1f} MiB; the limit is "
-                           f"{self.config.max_upload_mb:g} MiB.", "invalid_request_error", "file")
+        check_upload_size(len(data), self.config.max_upload_mb)
         try:
             samples = await asyncio.to_thread(decode_audio, data, sample_rate)
         except AudioDecodeError as e:
             raise invalid_request(str(e), "file", "invalid_audio") from None
-        duration = len(samples) / sample_rate
-        if duration > self.config.max_duration_s:
-            raise invalid_request(f"The audio is {duration:.0f} s long; the limit is "
-                                  f"{self.config.max_duration_s:g} s.", "file", "audio_too_long")
+        check_duration(len(samples) / sample_rate, self.config.max_duration_s)
         return samples
 
     def _read_server_file(self, path: Optional[str]) -> bytes:
@@ -135,9 +130,7 @@ class ASRSlot:
             raise invalid_request(f"'{path}' is outside the directory the server reads audio from.", "file")
         if not target.is_file():
             raise invalid_request(f"'{path}' is not a file on the server.", "file")
-        if target.stat().st_size > self.config.max_upload_mb * 1024 * 1024:
-            raise APIError(413, f"'{path}' is larger than {self.config.max_upload_mb:g} MiB.",
-                           "invalid_request_error", "file")
+        check_upload_size(target.stat().st_size, self.config.max_upload_mb)
         return target.read_bytes()
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.025)  # replaced in __init__ from the mode

@@ -117,3 +117,17 @@ def test_mode_env_overrides():
     assert parse_mode("OFFLINE") == "offline"
     assert ASRSlotConfig(mode="throughput").mode == "offline"
     assert GraphArgs.from_args({"asr": {"enabled": False}}, {}).catalog().get("asr") is None
+
+
+def test_upload_limits():
+    from deployments.asr.limits import check_duration, check_upload_size
+    from deployments.protocol.errors import APIError
+
+    check_upload_size(1024 * 1024, 1.0)
+    with pytest.raises(APIError) as info:
+        check_upload_size(1024 * 1024 + 1, 1.0)
+    assert info.value.status_code == 413
+    check_duration(60.0, 60.0)
+    with pytest.raises(APIError) as info:
+        check_duration(61.0, 60.0)
+    assert info.value.status_code == 400 and info.value.code == "audio_too_long"
