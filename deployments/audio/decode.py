@@ -84,7 +84,7 @@ def _read_ffmpeg(data: bytes, target_rate: int, ffmpeg_path: str) -> np.ndarray:
     finally:
         if memfd is not None:
             os.close(memfd)
-    if proc.returncode != 0:
+    if proc.returncode != 0 or (not proc.stdout and proc.stderr.strip()):
         detail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         reason = detail[-1] if detail else f"ffmpeg exited with {proc.returncode}"
         raise AudioDecodeError(f"The audio could not be decoded (ffmpeg: {reason}).")
