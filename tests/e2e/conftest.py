@@ -36,12 +36,20 @@ def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> Non
             raise RuntimeError(f"serve run exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
             r = httpx.post(f"{base_url}/v1/chat/completions", json=probe, timeout=10)
-            if r.status_code == 200:
+            if r.status_code == 200 and _app_running():
                 return
         except httpx.HTTPError:
             pass
         time.sleep(1)
     raise RuntimeError(f"graph not serving after {START_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+
+
+def _app_running() -> bool:
+    """Every deployment of the app is up (chat answering says nothing about the other slots)."""
+    from ray import serve
+
+    app = serve.status().applications.get("ominix")
+    return app is not None and app.status == "RUNNING"
 
 
 @pytest.fixture(scope="session")
