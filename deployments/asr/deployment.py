@@ -20,8 +20,8 @@ import numpy as np
 from ray import serve
 
 from deployments.asr.config import ASRSlotConfig
-from deployments.asr.limits import check_duration, check_upload_size
-from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions
+from deployments.asr.limits import check_duration, check_upload_size, read_server_file
+from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.transcript import Transcript
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID, ensure_whisper_tiny_en
@@ -103,8 +103,11 @@ class ASRSlot:
             temperature=params.temperature, word_timestamps=params.word_timestamps,
         )
         engine.check_options(options)
-        data = audio if audio is not None else await asyncio.to_thread(self._read_server_file, server_path)
-        samples = await self._decode(data, engine.sample_rate)
+        if audio is None:
+            audio = await asyncio.to_thread(
+                read_server_file, server_path or "", self.config.files_dir, self.config.max_upload_mb
+            )
+        samples = await self._decode(audio, engine.sample_rate)
         result = await self._batched(_Job(engine, options, samples))
         if isinstance(result, BaseException):
             raise result
@@ -119,28 +122,11 @@ class ASRSlot:
         check_duration(len(samples) / sample_rate, self.config.max_duration_s)
         return samples
 
-    def _read_server_file(self, path: Optional[str]) -> bytes:
-        """OminiX-API reads any server path; here only files inside `files_dir`."""
-        if not self.config.files_dir:
-            raise invalid_request("Server file paths are not accepted: send the audio as base64 "
-                                  "(the server has no asr.files_dir configured).", "file")
-        root = Path(self.config.files_dir).expanduser().resolve()
-        target = Path(path or "").expanduser().resolve()
-        if not target.is_relative_to(root):
-            raise invalid_request(f"'{path}' is outside the directory the server reads audio from.", "file")
-        if not target.is_file():
-            raise invalid_request(f"'{path}' is not a file on the server.", "file")
-        check_upload_size(target.stat().st_size, self.config.max_upload_mb)
-        return target.read_bytes()
-
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.025)  # replaced in __init__ from the mode
     async def _batched(self, jobs: list[_Job]) -> list[Transcript | BaseException]:
         self.batch_sizes[len(jobs)] += 1
-        groups: dict[tuple, list[int]] = defaultdict(list)
-        for i, job in enumerate(jobs):
-            groups[(id(job.engine), job.options)].append(i)  # different options never share a pass
         results: list[Transcript | BaseException] = [None] * len(jobs)  # type: ignore[list-item]
-        for indices in groups.values():
+        for indices in group_by_options([(id(job.engine), job.options) for job in jobs]):
             first = jobs[indices[0]]
             try:
                 transcripts = await first.engine.transcribe([jobs[i].samples for i in indices], first.options)

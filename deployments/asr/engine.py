@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Hashable, Optional
 
 import numpy as np
 
@@ -55,6 +55,15 @@ class EngineConfig:
 
 
 _STOP = object()
+
+
+def group_by_options(keys: list[Hashable]) -> list[list[int]]:
+    """Indices of a batch grouped by key (model, options), in arrival order: requests with
+    different languages or options never share a forward pass."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
 
 
 class ASREngine:
@@ -195,21 +204,20 @@ class ASREngine:
         vad = VADConfig(max_chunk_s=self.config.max_chunk_s)
         chunks = [split_for_decoding(a, self.sample_rate, vad) for a in audios]
         if self.is_whisper:
-            per_window = self._whisper_windows(audios, chunks, options)
+            per_window, languages = self._whisper_windows(audios, chunks, options)
         else:
-            per_window = self._generic_windows(audios, chunks, options)
+            per_window, languages = self._generic_windows(audios, chunks, options), [options.language] * len(audios)
         self.stats["batches"] += 1
         self.stats["requests"] += len(audios)
-        transcripts = []
-        for i, audio in enumerate(audios):
-            segments = [s for w in per_window[i] for s in w]
-            language = options.language or (self._detected_language if self.is_whisper else None)
-            transcripts.append(Transcript.join(segments, language, len(audio) / self.sample_rate))
-        return transcripts
+        return [
+            Transcript.join([s for w in windows for s in w], language, len(audio) / self.sample_rate)
+            for audio, windows, language in zip(audios, per_window, languages)
+        ]
 
     # ------------------------------------------------------------------ whisper: batched
 
-    def _whisper_windows(self, audios, chunks, options: TranscribeOptions) -> list[list[list[Segment]]]:
+    def _whisper_windows(self, audios, chunks, options: TranscribeOptions):
+        """Segments per audio per window, and each audio's language (asked for or detected)."""
         import mlx.core as mx
         from mlx_audio.stt.models.whisper.decoding import DecodingOptions
 
@@ -225,7 +233,7 @@ class ASREngine:
         )
         windows = [(i, c) for i, cs in enumerate(chunks) for c in cs]
         out: list[list[list[Segment]]] = [[] for _ in audios]
-        self._detected_language = language or "en"
+        languages: list[Optional[str]] = [language] * len(audios)
         step = self.config.max_windows_per_pass
         for first in range(0, len(windows), step):
             group = windows[first : first + step]
@@ -235,10 +243,10 @@ class ASREngine:
             self.stats["windows"] += len(group)
             self.stats["largest_pass"] = max(self.stats["largest_pass"], len(group))
             for (i, chunk), result, mel in zip(group, results, mels):
-                if result.language:
-                    self._detected_language = result.language
+                if languages[i] is None:  # detected: the first window speaks for the recording
+                    languages[i] = result.language
                 out[i].append(self._window_segments(chunk, result, mel, options))
-        return out
+        return out, languages
 
     def _mel(self, samples: np.ndarray):
         import mlx.core as mx

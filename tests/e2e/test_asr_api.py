@@ -220,3 +220,19 @@ def test_five_minute_recording_keeps_every_sentence_at_the_right_time(http):
         expected = set(words(text))
         found += len(expected & set(words(overlapping))) / len(expected) >= 0.5
     assert found >= 0.9 * len(spans), f"{found}/{len(spans)} sentences found at their time"
+
+
+async def test_concurrent_requests_with_different_options_get_their_own_answers(aclient):
+    """Mixed prompts and granularities arriving together: each answer is what it is alone."""
+    data = encode(speak("Good morning everyone."), RATE, "wav")
+    variants = [{}, {"prompt": "Ominix meeting notes."}, {"timestamp_granularities": ["word"]}]
+
+    async def transcribe(extra: dict):
+        r = await aclient.audio.transcriptions.create(model=TINY, file=("a.wav", data),
+                                                      response_format="verbose_json", **extra)
+        return r.text, bool(getattr(r, "words", None))
+
+    alone = [await transcribe(v) for v in variants]
+    together = await asyncio.gather(*(transcribe(variants[i % 3]) for i in range(9)))
+    assert together == [alone[i % 3] for i in range(9)]
+    assert [has_words for _, has_words in alone] == [False, False, True]

@@ -63,3 +63,12 @@ async def test_english_only_model_rejects_other_languages(tiny_engine):
 async def test_word_timestamps_come_with_words(tiny_engine, utterances):
     (t,) = await tiny_engine.transcribe([utterances[0]], TranscribeOptions(word_timestamps=True))
     assert t.words() and all(w.start <= w.end for w in t.words())
+
+
+def test_batches_split_by_model_and_options():
+    from deployments.asr.engine import group_by_options
+
+    en, fr = TranscribeOptions(language="en"), TranscribeOptions(language="fr")
+    prompted, words = TranscribeOptions(language="en", prompt="Ominix"), TranscribeOptions(word_timestamps=True)
+    keys = [("m", en), ("m", fr), ("m", en), ("m", prompted), ("other", en), ("m", words), ("m", TranscribeOptions(language="en"))]
+    assert group_by_options(keys) == [[0, 2, 6], [1], [3], [4], [5]]

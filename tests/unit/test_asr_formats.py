@@ -131,3 +131,28 @@ def test_upload_limits():
     with pytest.raises(APIError) as info:
         check_duration(61.0, 60.0)
     assert info.value.status_code == 400 and info.value.code == "audio_too_long"
+
+
+def test_server_files_only_inside_the_configured_directory(tmp_path):
+    from deployments.asr.limits import read_server_file
+    from deployments.protocol.errors import APIError
+
+    root = tmp_path / "audio"
+    root.mkdir()
+    (root / "a.wav").write_bytes(b"RIFF....")
+    (tmp_path / "secret.wav").write_bytes(b"secret")
+    (root / "escape.wav").symlink_to(tmp_path / "secret.wav")
+    assert read_server_file(str(root / "a.wav"), str(root), 1.0) == b"RIFF...."
+    for path, files_dir, words in [
+        (str(root / "a.wav"), None, "not accepted"),
+        (str(tmp_path / "secret.wav"), str(root), "outside"),
+        (str(root / ".." / "secret.wav"), str(root), "outside"),
+        (str(root / "escape.wav"), str(root), "outside"),
+        (str(root / "missing.wav"), str(root), "not a file"),
+    ]:
+        with pytest.raises(APIError, match=words) as info:
+            read_server_file(path, files_dir, 1.0)
+        assert info.value.status_code == 400
+    with pytest.raises(APIError) as info:
+        read_server_file(str(root / "a.wav"), str(root), 1e-6)
+    assert info.value.status_code == 413
