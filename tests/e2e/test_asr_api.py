@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import time
 
-import httpx
 import numpy as np
 import openai
 import pytest
