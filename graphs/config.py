@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
 from deployments.ingress.config import IngressSettings, hash_key
+from deployments.asr.config import ASRSlotConfig, parse_mode
 from deployments.llm.config import LLMSlotConfig
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -52,6 +53,7 @@ class GraphArgs(BaseModel):
     cuda: CudaArgs = Field(
         default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
     )
+    asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -63,6 +65,7 @@ class GraphArgs(BaseModel):
         llm_model = environ.get("LLM_MODEL", "").strip()
         if llm_model:
             config.llm.default_model = llm_model
+        _asr_env(config.asr, environ)
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
@@ -112,11 +115,16 @@ class GraphArgs(BaseModel):
         slots = {}
         if self.llm.enabled:
             slots["llm"] = {"models": self.llm.allowed_models(), "models_dir": self.llm.models_dir}
+        if self.asr.enabled:
+            slots["asr"] = {"models": self.asr.allowed_models(), "models_dir": None}
         return slots
 
     def defaults(self) -> dict[str, str]:
-        """slot -> the configured default model, the control plane's starting point."""
-        return {slot: spec["models"][0] for slot, spec in self.catalog().items()}
+        """slot -> the configured default model, for the slots under the control plane.
+
+        Only the LLM slot follows the control plane so far; ASR (and TTS) serve their
+        configured default and are not managed through /v1/models/load|unload yet."""
+        return {"llm": self.llm.default_model} if self.llm.enabled else {}
 
 
 def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:
@@ -133,3 +141,18 @@ def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSett
         if policy.prefix == "/v1/chat/completions" and policy.timeout_s is not None:
             policy.timeout_s = max(policy.timeout_s, route.timeout_s + CUDA_TIMEOUT_MARGIN_S)
     return settings
+
+
+def _asr_env(asr: ASRSlotConfig, environ: Mapping[str, str]) -> None:
+    """OminiX-API's ASR variables: ASR_MODEL_DIR (the model), ASR_MODE, ASR_MAX_BATCH."""
+    model = environ.get("ASR_MODEL_DIR", "").strip()
+    if model:
+        asr.default_model = model
+    mode = environ.get("ASR_MODE", "").strip()
+    if mode:
+        asr.mode = parse_mode(mode)
+    max_batch = environ.get("ASR_MAX_BATCH", "").strip()
+    if max_batch:
+        if not max_batch.isdigit() or int(max_batch) < 1:
+            raise ValueError(f"ASR_MAX_BATCH must be an integer >= 1, got {max_batch!r}")
+        asr.max_batch = int(max_batch)

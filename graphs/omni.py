@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
+from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
@@ -47,11 +48,14 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         llm = LLMSlot.options(**options.get("LLM", {})).bind(
             config.llm.model_dump(), cache_dir=config.cache_dir, control=control
         )
+    asr = None
+    if config.asr.enabled:
+        asr = ASRSlot.options(**options.get("ASR", {})).bind(config.asr.model_dump(), cache_dir=config.cache_dir)
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
-    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, **cuda)
+    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, **cuda)
 
 
 def _serve_http_host() -> Optional[str]:
@@ -68,6 +72,11 @@ def _serve_http_host() -> Optional[str]:
 
 
 def _check_models(config: GraphArgs) -> None:
+    if config.asr.enabled:
+        try:
+            check_model_available(config.asr.default_model, builtins=BUILTIN_ASR_MODELS)
+        except ModelUnavailable as e:
+            raise ModelUnavailable(f"ASR slot cannot start: {e}") from None
     if not config.llm.enabled:
         return
     try:

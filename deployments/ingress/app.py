@@ -13,7 +13,15 @@ from deployments.ingress.middleware import (
     RouteTimeout,
 )
 from deployments.ingress.metrics import RequestMetrics
-from deployments.ingress.routers import chat, completions, health, metrics, model_admin, models
+from deployments.ingress.routers import (
+    audio_transcriptions,
+    chat,
+    completions,
+    health,
+    metrics,
+    model_admin,
+    models,
+)
 from deployments.ingress.state import ingress_state
 
 
@@ -32,6 +40,7 @@ def create_app(settings=_replica_settings) -> FastAPI:
     # model_admin before models: /v1/models/status must not match /v1/models/{model_id}.
     for router in (health.router, model_admin.router, models.router, chat.router, completions.router, metrics.router):
         app.include_router(router)
+    app.include_router(audio_transcriptions.router)
     # Added last = runs first: metrics, CORS, auth, the cap, body size, timeout, the routes.
     for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):
         app.add_middleware(middleware, settings=settings)

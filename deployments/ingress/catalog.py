@@ -16,6 +16,7 @@ from deployments.protocol.openai import ModelCard
 
 SLOT_ENDPOINTS = {
     "llm": ["/v1/chat/completions", "/v1/completions"],
+    "asr": ["/v1/audio/transcriptions"],
 }
 
 

@@ -27,6 +27,7 @@ class Ingress:
         settings: Optional[dict] = None,
         control: Optional[DeploymentHandle] = None,
         llm: Optional[DeploymentHandle] = None,
+        asr: Optional[DeploymentHandle] = None,
         cuda: Optional[DeploymentHandle] = None,
         cuda_models: tuple[str, ...] = (),
     ):
@@ -35,6 +36,7 @@ class Ingress:
             settings=IngressSettings.model_validate(settings or {}),
             control=control,
             llm=llm,
+            asr=asr,
             cuda=cuda,
             cuda_models=frozenset(cuda_models),
         )

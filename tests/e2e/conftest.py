@@ -37,7 +37,7 @@ def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> Non
         _fail_if_deploy_failed(log)
         try:
             r = httpx.post(f"{base_url}/v1/chat/completions", json=probe, timeout=10)
-            if r.status_code == 200:
+            if r.status_code == 200 and _app_running():
                 return
         except httpx.HTTPError:
             pass
@@ -54,6 +54,12 @@ def _fail_if_deploy_failed(log: Path) -> None:
         return
     if app is not None and app.status == "DEPLOY_FAILED":
         raise RuntimeError(f"the graph failed to deploy: {app.message}\n{log.read_text()[-4000:]}")
+def _app_running() -> bool:
+    """Every deployment of the app is up (chat answering says nothing about the other slots)."""
+    from ray import serve
+
+    app = serve.status().applications.get("ominix")
+    return app is not None and app.status == "RUNNING"
 
 
 @pytest.fixture(scope="session")

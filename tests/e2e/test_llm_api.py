@@ -20,8 +20,7 @@ def chat(client, **kw):
 
 def test_models_list(client):
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL]
-    assert models.data[0].model_extra["type"] == "llm"
+    assert [m.id for m in models.data if m.model_extra["type"] == "llm"] == [MODEL]
 
 
 def test_chat_non_streaming(client, tiny_tokenizer):
@@ -183,7 +182,7 @@ def test_dashboard_shows_deployments_and_replicas(server, dashboard_url):
     r = httpx.get(f"{dashboard_url}/api/serve/applications/", headers=headers, timeout=30)
     assert r.status_code == 200, r.text
     deployments = r.json()["applications"]["ominix"]["deployments"]
-    assert set(deployments) == {"Ingress", "Control", "LLM"}
+    assert {"Ingress", "Control", "LLM"} <= set(deployments)  # other slots' deployments too
     for d in deployments.values():
         assert d["status"] == "HEALTHY"
         assert any(rep["state"] == "RUNNING" for rep in d["replicas"])

@@ -1,0 +1,92 @@
+"""Configuration of the ASR slot (the `asr:` block of the graph args) and OminiX-API's
+batching modes (ASR_MODE / ASR_MAX_BATCH)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from deployments.asr.tiny_model import TINY_WHISPER_ID
+from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchingMode:
+    name: str
+    max_batch_size: int
+    wait_s: float
+
+
+# OminiX-API's presets (max batch, wait window) and their aliases.
+MODES = {
+    "off": BatchingMode("off", 1, 0.0),
+    "interactive": BatchingMode("interactive", 4, 0.010),
+    "conversational": BatchingMode("conversational", 8, 0.025),
+    "offline": BatchingMode("offline", 32, 0.150),
+}
+MODE_ALIASES = {
+    "none": "off", "1": "off",
+    "low-latency": "interactive",
+    "balanced": "conversational", "default": "conversational",
+    "batch": "offline", "throughput": "offline",
+}
+DEFAULT_MODE = "conversational"
+
+
+def parse_mode(value: Optional[str]) -> str:
+    """A preset name from a mode or alias (trimmed, case-insensitive); unknown -> default."""
+    name = (value or "").strip().lower()
+    name = MODE_ALIASES.get(name, name)
+    if name not in MODES:
+        logger.warning("Unknown ASR mode %r; using %r", value, DEFAULT_MODE)
+        return DEFAULT_MODE
+    return name
+
+
+def effective_batching(mode: str, max_batch: Optional[int]) -> BatchingMode:
+    """The preset, with `max_batch` overriding its size; no waiting when batches hold one."""
+    preset = MODES[parse_mode(mode)]
+    size = max_batch if max_batch is not None else preset.max_batch_size
+    wait = preset.wait_s if size > 1 else 0.0
+    return BatchingMode(preset.name, size, wait)
+
+
+class ASRSlotConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    default_model: str = Field(
+        WHISPER_TINY_EN_ID, description="Served when a request names no model; loaded at start-up"
+    )
+    models: list[str] = Field(
+        default_factory=lambda: [TINY_WHISPER_ID],
+        description="Other model ids requests may name (the allow-list)",
+    )
+    max_models_per_replica: int = Field(2, ge=1)
+    mode: str = Field(DEFAULT_MODE, description="off | interactive | conversational | offline")
+    max_batch: Optional[int] = Field(None, ge=1, description="Overrides the mode's batch size")
+    dtype: Literal["auto", "float16", "float32"] = Field(
+        "auto", description="auto: float16 on Metal, float32 on CPU (faster there)"
+    )
+    max_upload_mb: float = Field(100.0, gt=0)
+    max_duration_s: float = Field(3 * 3600.0, gt=0)
+    max_chunk_s: float = Field(30.0, gt=1, le=30, description="Longest piece VAD hands the model")
+    files_dir: Optional[str] = Field(
+        None, description="JSON requests may name server files inside this directory only"
+    )
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        return parse_mode(value)
+
+    def allowed_models(self) -> list[str]:
+        return list(dict.fromkeys([self.default_model, *self.models]))
+
+    def batching(self) -> BatchingMode:
+        return effective_batching(self.mode, self.max_batch)

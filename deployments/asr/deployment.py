@@ -1,0 +1,149 @@
+"""The ASR slot as a Ray Serve deployment: a thin adapter from Serve to `ASREngine`.
+
+A request's audio is decoded here (in a worker thread), then joins a `@serve.batch` queue
+whose size and wait window come from the batching mode (ASR_MODE / ASR_MAX_BATCH). Each
+batch is split by model and decoding options, and each part is one call to the engine: one
+batched forward pass for whisper. Models are multiplexed per replica as in the LLM slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from ray import serve
+
+from deployments.asr.config import ASRSlotConfig
+from deployments.asr.limits import check_duration, check_upload_size, read_server_file
+from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
+from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
+from deployments.asr.transcript import Transcript
+from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID, ensure_whisper_tiny_en
+from deployments.audio.decode import AudioDecodeError, decode_audio
+from deployments.hub import default_cache_dir, resolve_model_dir
+from deployments.protocol.errors import APIError, invalid_request, model_not_found, unavailable
+from deployments.protocol.transcription import TranscriptionParams
+
+logger = logging.getLogger("ray.serve")
+
+BUILTIN_ASR_MODELS = {WHISPER_TINY_EN_ID: ensure_whisper_tiny_en, TINY_WHISPER_ID: ensure_tiny_whisper}
+ASR_FILE_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py"]
+
+
+@dataclass
+class _Job:
+    """One request inside a batch."""
+
+    engine: ASREngine
+    options: TranscribeOptions
+    samples: np.ndarray
+
+
+@serve.deployment(name="ASR", max_ongoing_requests=64, health_check_period_s=10)
+class ASRSlot:
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None):
+        self.config = ASRSlotConfig.model_validate(config)
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self._engines: weakref.WeakSet[ASREngine] = weakref.WeakSet()
+        self.batch_sizes: dict[int, int] = defaultdict(int)  # batch size -> how many batches
+        mode = self.config.batching()
+        self._batched.set_max_batch_size(mode.max_batch_size)
+        self._batched.set_batch_wait_timeout_s(mode.wait_s)
+        logger.info("ASR batching mode %s: batches of up to %d, %.0f ms wait",
+                    mode.name, mode.max_batch_size, mode.wait_s * 1000)
+
+        async def load_engine(model_id: str) -> ASREngine:  # a closure: see LLMSlot
+            return await self._load_engine(model_id)
+
+        self._get_engine = serve.multiplexed(
+            max_num_models_per_replica=self.config.max_models_per_replica
+        )(load_engine)
+        await self._get_engine(self.config.default_model)
+
+    async def _load_engine(self, model_id: str) -> ASREngine:
+        model_dir = await asyncio.to_thread(
+            resolve_model_dir, model_id, builtins=BUILTIN_ASR_MODELS,
+            cache_dir=self.cache_dir, allow_patterns=ASR_FILE_PATTERNS,
+        )
+        engine_config = EngineConfig(
+            dtype=self.config.dtype,
+            max_chunk_s=self.config.max_chunk_s,
+            max_windows_per_pass=max(32, self.config.batching().max_batch_size),
+        )
+        engine = await ASREngine.start(model_id, model_dir, engine_config)
+        self._engines.add(engine)
+        if model_id == TINY_WHISPER_ID:
+            logger.warning("ASR model '%s' has random weights: its transcripts are meaningless", model_id)
+        return engine
+
+    async def _engine(self) -> ASREngine:
+        model_id = serve.get_multiplexed_model_id() or self.config.default_model
+        if model_id not in self.config.allowed_models():
+            raise model_not_found(model_id, self.config.allowed_models())
+        try:
+            return await self._get_engine(model_id)
+        except APIError:
+            raise
+        except Exception as e:
+            raise unavailable(f"Model '{model_id}' could not be loaded: {e}") from None
+
+    async def transcribe(
+        self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
+    ) -> Transcript:
+        """Transcribe uploaded bytes, or a file under the configured `files_dir`."""
+        engine = await self._engine()
+        options = TranscribeOptions(
+            language=params.language, prompt=params.prompt,
+            temperature=params.temperature, word_timestamps=params.word_timestamps,
+        )
+        engine.check_options(options)
+        if audio is None:
+            audio = await asyncio.to_thread(
+                read_server_file, server_path or "", self.config.files_dir, self.config.max_upload_mb
+            )
+        samples = await self._decode(audio, engine.sample_rate)
+        result = await self._batched(_Job(engine, options, samples))
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:
+        check_upload_size(len(data), self.config.max_upload_mb)
+        try:
+            samples = await asyncio.to_thread(decode_audio, data, sample_rate)
+        except AudioDecodeError as e:
+            raise invalid_request(str(e), "file", "invalid_audio") from None
+        check_duration(len(samples) / sample_rate, self.config.max_duration_s)
+        return samples
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.025)  # replaced in __init__ from the mode
+    async def _batched(self, jobs: list[_Job]) -> list[Transcript | BaseException]:
+        self.batch_sizes[len(jobs)] += 1
+        results: list[Transcript | BaseException] = [None] * len(jobs)  # type: ignore[list-item]
+        for indices in group_by_options([(id(job.engine), job.options) for job in jobs]):
+            first = jobs[indices[0]]
+            try:
+                transcripts = await first.engine.transcribe([jobs[i].samples for i in indices], first.options)
+            except BaseException as e:  # every member of the failed group gets the error
+                transcripts = [e] * len(indices)
+            for i, transcript in zip(indices, transcripts):
+                results[i] = transcript
+        return results
+
+    def stats(self) -> dict:
+        """Batches seen by size, and each engine's forward-pass counters."""
+        return {
+            "batch_sizes": dict(self.batch_sizes),
+            "engines": {e.model_id: dict(e.stats) for e in list(self._engines) if not e.closed},
+        }
+
+    def check_health(self) -> None:
+        for engine in list(self._engines):
+            if engine.thread_died():
+                raise RuntimeError(f"ASR engine thread for {engine.model_id} died")

@@ -1,0 +1,325 @@
+"""The ASR engine: one mlx-audio STT model, one thread that owns it, batched transcription.
+
+`transcribe(audios, options)` is the unit of work: the Serve deployment hands it a batch of
+requests that share options. Each audio is split at pauses (VAD) into windows of at most
+30 s. For whisper, the windows of every request in the batch are decoded together: the
+log-mel spectrograms are stacked and `model.decode` runs the encoder and the decoder over
+all of them in one batched forward pass. Other mlx-audio STT models (qwen3_asr, parakeet,
+sensevoice, ...) have no common batched API, so they fall back to their `generate` per window.
+
+No Ray here: the Serve deployment is a thin wrapper around this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Hashable, Optional
+
+import numpy as np
+
+from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
+from deployments.audio.vad import Chunk, VADConfig, split_for_decoding
+from deployments.protocol.errors import APIError, invalid_request
+
+logger = logging.getLogger(__name__)
+
+# Whisper's own thresholds for "this window is silence" (openai/whisper transcribe()).
+NO_SPEECH_PROB = 0.6
+NO_SPEECH_LOGPROB = -1.0
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """Per-request decoding options; requests batch together only when these are equal."""
+
+    language: Optional[str] = None
+    prompt: Optional[str] = None
+    temperature: float = 0.0
+    word_timestamps: bool = False
+
+
+@dataclass
+class EngineConfig:
+    dtype: str = "auto"  # auto | float16 | float32 (whisper only)
+    max_chunk_s: float = 30.0
+    max_windows_per_pass: int = 32  # bounds the memory of one forward pass
+
+
+_STOP = object()
+
+
+def group_by_options(keys: list[Hashable]) -> list[list[int]]:
+    """Indices of a batch grouped by key (model, options), in arrival order: requests with
+    different languages or options never share a forward pass."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+class ASREngine:
+    """Owns one model. Create with `await ASREngine.start(...)`, release with `shutdown()`."""
+
+    def __init__(self, model_id: str, model_dir: Path, config: EngineConfig):
+        self.model_id = model_id
+        self.model_dir = Path(model_dir)
+        self.config = config
+        self.sample_rate = 16000
+        self.model_type: Optional[str] = None
+        self.multilingual = True
+        self._model: Any = None
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._loaded = threading.Event()
+        self._load_error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name=f"mlx-asr:{model_id}", daemon=True)
+        self._closed = False
+        # Written by the engine thread only: how batching actually went.
+        self.stats = {"batches": 0, "requests": 0, "forward_passes": 0, "windows": 0, "largest_pass": 0}
+
+    @classmethod
+    async def start(cls, model_id: str, model_dir: Path, config: EngineConfig) -> "ASREngine":
+        engine = cls(model_id, model_dir, config)
+        engine._thread.start()
+        await asyncio.to_thread(engine._loaded.wait)
+        if engine._load_error is not None:
+            raise engine._load_error
+        return engine
+
+    @property
+    def is_whisper(self) -> bool:
+        return self.model_type == "whisper"
+
+    # ------------------------------------------------------------------ asyncio side
+
+    def check_options(self, options: TranscribeOptions) -> None:
+        """Reject what this model cannot do, before the request joins a batch."""
+        if options.language and not self.multilingual and options.language.lower() not in ("en", "english"):
+            raise invalid_request(
+                f"Model '{self.model_id}' transcribes English only; language "
+                f"'{options.language}' is not supported.",
+                "language",
+            )
+
+    async def transcribe(self, audios: list[np.ndarray], options: TranscribeOptions) -> list[Transcript]:
+        """Transcribe mono float32 audios at `sample_rate`, together, on the engine thread."""
+        return await self._submit(lambda: self._transcribe(audios, options))
+
+    async def _submit(self, work: Callable[[], Any]) -> Any:
+        if self._closed:
+            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._inbox.put((work, future, loop))
+        return await future
+
+    def shutdown(self) -> None:
+        """Stop the thread and free the model's memory. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(_STOP)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=60)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def thread_died(self) -> bool:
+        return not self._closed and not self._thread.is_alive()
+
+    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
+        self.shutdown()
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _run(self) -> None:
+        import mlx.core as mx
+
+        try:
+            self._load()
+        except BaseException as e:  # reported to start()
+            self._load_error = e
+            self._loaded.set()
+            return
+        self._loaded.set()
+        try:
+            while (item := self._inbox.get()) is not _STOP:
+                work, future, loop = item
+                try:
+                    result, error = work(), None
+                except BaseException as e:  # one bad batch must not kill the thread
+                    if not isinstance(e, APIError):
+                        logger.exception("Transcription failed")
+                    result, error = None, e
+                loop.call_soon_threadsafe(_resolve, future, result, error)
+        finally:
+            self._model = None
+            gc.collect()
+            mx.clear_cache()
+            logger.info("ASR engine for %s stopped and its memory released", self.model_id)
+
+    def _load(self) -> None:
+        from mlx_audio.stt.utils import load_model
+
+        t0 = time.perf_counter()
+        self.model_type = json.loads((self.model_dir / "config.json").read_text()).get("model_type")
+        self._model = load_model(self.model_dir)
+        self.sample_rate = int(getattr(self._model, "sample_rate", 16000) or 16000)
+        if self.is_whisper:
+            self.multilingual = bool(self._model.is_multilingual)
+            self._set_whisper_dtype(self.config.dtype)
+        logger.info("Loaded ASR model %s (%s) from %s in %.1fs", self.model_id, self.model_type,
+                    self.model_dir, time.perf_counter() - t0)
+
+    def _set_whisper_dtype(self, name: str) -> None:
+        """mlx-audio builds whisper in float16; on a CPU float32 is faster (measured)."""
+        import mlx.core as mx
+        from mlx_audio.stt.models.whisper.whisper import sinusoids
+
+        if name == "auto":
+            name = "float16" if mx.metal.is_available() else "float32"
+        dtype = getattr(mx, name)
+        model = self._model
+        if model.dtype == dtype:
+            return
+        model.set_dtype(dtype)
+        model.dtype = dtype
+        # Constants outside the parameter tree, built in the old dtype.
+        dims = model.dims
+        model.encoder._positional_embedding = sinusoids(dims.n_audio_ctx, dims.n_audio_state).astype(dtype)
+        model.decoder._mask = model.decoder._mask.astype(dtype)
+        mx.eval(model.parameters(), model.encoder._positional_embedding, model.decoder._mask)
+
+    def _transcribe(self, audios: list[np.ndarray], options: TranscribeOptions) -> list[Transcript]:
+        vad = VADConfig(max_chunk_s=self.config.max_chunk_s)
+        chunks = [split_for_decoding(a, self.sample_rate, vad) for a in audios]
+        if self.is_whisper:
+            per_window, languages = self._whisper_windows(audios, chunks, options)
+        else:
+            per_window, languages = self._generic_windows(audios, chunks, options), [options.language] * len(audios)
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(audios)
+        return [
+            Transcript.join([s for w in windows for s in w], language, len(audio) / self.sample_rate)
+            for audio, windows, language in zip(audios, per_window, languages)
+        ]
+
+    # ------------------------------------------------------------------ whisper: batched
+
+    def _whisper_windows(self, audios, chunks, options: TranscribeOptions):
+        """Segments per audio per window, and each audio's language (asked for or detected)."""
+        import mlx.core as mx
+        from mlx_audio.stt.models.whisper.decoding import DecodingOptions
+
+        model = self._model
+        language = options.language or (None if self.multilingual else "en")
+        decoding = DecodingOptions(
+            task="transcribe",
+            language=language,
+            temperature=options.temperature,
+            prompt=options.prompt or None,
+            without_timestamps=False,
+            fp16=model.dtype == mx.float16,
+        )
+        windows = [(i, c) for i, cs in enumerate(chunks) for c in cs]
+        out: list[list[list[Segment]]] = [[] for _ in audios]
+        languages: list[Optional[str]] = [language] * len(audios)
+        step = self.config.max_windows_per_pass
+        for first in range(0, len(windows), step):
+            group = windows[first : first + step]
+            mels = mx.stack([self._mel(audios[i][c.start : c.end]) for i, c in group])
+            results = model.decode(mels, decoding)  # one batched forward pass over the group
+            self.stats["forward_passes"] += 1
+            self.stats["windows"] += len(group)
+            self.stats["largest_pass"] = max(self.stats["largest_pass"], len(group))
+            for (i, chunk), result, mel in zip(group, results, mels):
+                if languages[i] is None:  # detected: the first window speaks for the recording
+                    languages[i] = result.language
+                out[i].append(self._window_segments(chunk, result, mel, options))
+        return out, languages
+
+    def _mel(self, samples: np.ndarray):
+        import mlx.core as mx
+        from mlx_audio.stt.models.whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
+
+        mel = log_mel_spectrogram(mx.array(samples), n_mels=self._model.dims.n_mels, padding=N_SAMPLES)
+        return pad_or_trim(mel, N_FRAMES, axis=-2).astype(self._model.dtype)
+
+    def _window_segments(self, chunk: Chunk, result, mel, options: TranscribeOptions) -> list[Segment]:
+        from mlx_audio.stt.models.whisper.audio import HOP_LENGTH
+
+        if result.no_speech_prob > NO_SPEECH_PROB and result.avg_logprob < NO_SPEECH_LOGPROB:
+            return []  # whisper's rule: a silent window, whatever it hallucinated
+        tokenizer = self._model.get_tokenizer(language=result.language or "en", task="transcribe")
+        vocab = TimestampVocabulary(timestamp_begin=tokenizer.timestamp_begin, eot=tokenizer.eot)
+        start_s, end_s = chunk.seconds(self.sample_rate)
+        window_s = end_s - start_s
+        parts = segments_from_tokens(result.tokens, vocab, tokenizer.decode, window_s)
+        seek = int(chunk.start // HOP_LENGTH)
+        segments = [
+            Segment(id=0, start=s, end=e, text=text, seek=seek, tokens=toks,
+                    temperature=result.temperature, avg_logprob=result.avg_logprob,
+                    compression_ratio=result.compression_ratio, no_speech_prob=result.no_speech_prob)
+            for s, e, toks, text in parts
+        ]
+        if options.word_timestamps and segments:
+            self._add_words(segments, mel, tokenizer, window_s)
+        return [s.shifted(start_s) for s in segments]
+
+    def _add_words(self, segments: list[Segment], mel, tokenizer, window_s: float) -> None:
+        """Word times from cross-attention alignment (mlx-audio's whisper timing code)."""
+        from mlx_audio.stt.models.whisper.audio import FRAMES_PER_SECOND
+        from mlx_audio.stt.models.whisper.timing import add_word_timestamps
+
+        dicts = [{"seek": 0, "start": s.start, "end": s.end, "tokens": s.tokens} for s in segments]
+        add_word_timestamps(
+            segments=dicts, model=self._model, tokenizer=tokenizer, mel=mel,
+            num_frames=min(mel.shape[0], round(window_s * FRAMES_PER_SECOND)), last_speech_timestamp=0.0,
+        )
+        for segment, d in zip(segments, dicts):
+            segment.start, segment.end = d["start"], d["end"]
+            segment.words = [Word(w["word"], w["start"], w["end"], w.get("probability")) for w in d.get("words", [])]
+
+    # ------------------------------------------------------------------ other models: per window
+
+    def _generic_windows(self, audios, chunks, options: TranscribeOptions) -> list[list[list[Segment]]]:
+        kwargs = self._generate_kwargs(options)
+        out: list[list[list[Segment]]] = []
+        for audio, cs in zip(audios, chunks):
+            windows = []
+            for chunk in cs:
+                result = self._model.generate(audio[chunk.start : chunk.end], **kwargs)
+                self.stats["forward_passes"] += 1
+                self.stats["windows"] += 1
+                self.stats["largest_pass"] = max(self.stats["largest_pass"], 1)
+                text = (getattr(result, "text", None) or "").strip()
+                start_s, end_s = chunk.seconds(self.sample_rate)
+                windows.append([Segment(id=0, start=round(start_s, 3), end=round(end_s, 3), text=text)] if text else [])
+            out.append(windows)
+        return out
+
+    def _generate_kwargs(self, options: TranscribeOptions) -> dict[str, Any]:
+        """Pass only the options this model's `generate` accepts."""
+        wanted = {"language": options.language, "temperature": options.temperature, "verbose": False}
+        params = inspect.signature(self._model.generate).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        return {k: v for k, v in wanted.items() if v is not None and (k in params or takes_any)}
+
+
+def _resolve(future: asyncio.Future, result: Any, error: Optional[BaseException]) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -1,0 +1,74 @@
+"""The ASR engine with the tiny random whisper: batched decoding equals one-at-a-time decoding,
+VAD windows map back to the input's time line, options are checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions
+from deployments.protocol.errors import APIError
+from tests.speech import silence, speak
+
+
+@pytest.fixture(scope="module")
+async def tiny_engine(cache_dir):
+    from deployments.asr.tiny_model import ensure_tiny_whisper
+
+    engine = await ASREngine.start("ominix-tiny-whisper", ensure_tiny_whisper(cache_dir), EngineConfig())
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def utterances():
+    return [
+        speak("Hello world."),
+        np.concatenate([speak("A longer sentence about the weather today."), silence(1.5), speak("And another.")]),
+        speak("Yes."),
+    ]
+
+
+async def test_batched_transcripts_equal_single_ones_for_mixed_lengths(tiny_engine, utterances):
+    options = TranscribeOptions()
+    before = dict(tiny_engine.stats)
+    batched = await tiny_engine.transcribe(utterances, options)
+    passes = tiny_engine.stats["forward_passes"] - before["forward_passes"]
+    assert passes == 1 and tiny_engine.stats["largest_pass"] >= len(utterances)  # one pass, all windows
+    singles = [(await tiny_engine.transcribe([u], options))[0] for u in utterances]
+    assert [t.text for t in batched] == [t.text for t in singles]
+    assert [[s.tokens for s in t.segments] for t in batched] == [[s.tokens for s in t.segments] for t in singles]
+    assert [t.duration for t in batched] == pytest.approx([len(u) / 16000 for u in utterances], abs=1e-3)
+
+
+async def test_segments_stay_inside_the_audio(tiny_engine, utterances):
+    (t,) = await tiny_engine.transcribe([utterances[1]], TranscribeOptions())
+    assert t.segments, "the random model still emits tokens"
+    for s in t.segments:
+        assert 0.0 <= s.start <= s.end <= t.duration + 0.01
+
+
+async def test_silence_gives_an_empty_transcript(tiny_engine):
+    (t,) = await tiny_engine.transcribe([silence(2.0)], TranscribeOptions())
+    assert t.text == "" and t.segments == [] and t.duration == 2.0
+
+
+async def test_english_only_model_rejects_other_languages(tiny_engine):
+    tiny_engine.check_options(TranscribeOptions(language="en"))
+    with pytest.raises(APIError) as info:
+        tiny_engine.check_options(TranscribeOptions(language="fr"))
+    assert info.value.status_code == 400 and info.value.param == "language"
+
+
+async def test_word_timestamps_come_with_words(tiny_engine, utterances):
+    (t,) = await tiny_engine.transcribe([utterances[0]], TranscribeOptions(word_timestamps=True))
+    assert t.words() and all(w.start <= w.end for w in t.words())
+
+
+def test_batches_split_by_model_and_options():
+    from deployments.asr.engine import group_by_options
+
+    en, fr = TranscribeOptions(language="en"), TranscribeOptions(language="fr")
+    prompted, words = TranscribeOptions(language="en", prompt="Ominix"), TranscribeOptions(word_timestamps=True)
+    keys = [("m", en), ("m", fr), ("m", en), ("m", prompted), ("other", en), ("m", words), ("m", TranscribeOptions(language="en"))]
+    assert group_by_options(keys) == [[0, 2, 6], [1], [3], [4], [5]]
