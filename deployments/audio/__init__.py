@@ -1,0 +1,1 @@
+"""Audio helpers shared by the audio routes: Ray-free and MLX-free (numpy + soundfile)."""
