@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from deployments.llm.config import LLMSlotConfig
+from deployments.tts.config import TTSSlotConfig
 
 
 class GraphArgs(BaseModel):
@@ -25,6 +26,7 @@ class GraphArgs(BaseModel):
         True, description="Fail start-up when a configured model is neither local nor reachable"
     )
     llm: LLMSlotConfig = Field(default_factory=LLMSlotConfig)
+    tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -36,6 +38,7 @@ class GraphArgs(BaseModel):
         llm_model = environ.get("LLM_MODEL", "").strip()
         if llm_model:
             config.llm.default_model = llm_model
+        _apply_tts_env(config.tts, environ)
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
@@ -46,4 +49,19 @@ class GraphArgs(BaseModel):
         slots = {}
         if self.llm.enabled:
             slots["llm"] = self.llm.allowed_models()
+        if self.tts.enabled:
+            slots["tts"] = self.tts.allowed_models()
         return slots
+
+
+def _apply_tts_env(tts: TTSSlotConfig, environ: Mapping[str, str]) -> None:
+    """OminiX-API's TTS variables: TTS_MODEL, VOICES_CONFIG, TTS_VOICES_DIR."""
+    model = environ.get("TTS_MODEL", "").strip()
+    if model:
+        tts.default_model = model
+    voices_config = environ.get("VOICES_CONFIG", "").strip()
+    if voices_config:
+        tts.voices_config = voices_config
+    voices_dir = environ.get("TTS_VOICES_DIR", "").strip()
+    if voices_dir:
+        tts.voices_dir = voices_dir

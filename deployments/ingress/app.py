@@ -5,6 +5,7 @@ from fastapi import FastAPI
 from deployments import SERVICE_NAME, __version__
 from deployments.ingress.errors import install_error_handlers
 from deployments.ingress.routers import chat, completions, health, models
+from deployments.ingress.routers import audio_speech, voices, ws_tts
 
 
 def create_app() -> FastAPI:
@@ -15,5 +16,7 @@ def create_app() -> FastAPI:
     )
     install_error_handlers(app)
     for router in (health.router, models.router, chat.router, completions.router):
+        app.include_router(router)
+    for router in (audio_speech.router, voices.router, ws_tts.router):
         app.include_router(router)
     return app

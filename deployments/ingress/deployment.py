@@ -20,6 +20,11 @@ app = create_app()
 @serve.deployment(name="Ingress", max_ongoing_requests=256)
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, catalog: dict[str, list[str]], llm: Optional[DeploymentHandle] = None):
-        self.state = IngressState(catalog=ModelCatalog(catalog), llm=llm)
+    def __init__(
+        self,
+        catalog: dict[str, list[str]],
+        llm: Optional[DeploymentHandle] = None,
+        tts: Optional[DeploymentHandle] = None,
+    ):
+        self.state = IngressState(catalog=ModelCatalog(catalog), llm=llm, tts=tts)
         logger.info("Ingress serving models: %s", catalog)

@@ -13,6 +13,7 @@ from deployments.ingress.catalog import ModelCatalog
 class IngressState:
     catalog: ModelCatalog
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
+    tts: Optional[Any] = None  # DeploymentHandle of the TTS slot, when it is bound
 
 
 def ingress_state() -> IngressState:
