@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
@@ -116,9 +116,11 @@ async def _serve_session(websocket: WebSocket, state: IngressState) -> None:
             await _error(websocket, "Missing 'event' field")
             continue
         try:
-            if event == "task_start":
-                session.start(message)
-                facts = await _describe(state, session)
+            if event == "task_start":  # all or nothing: a rejected task_start changes nothing
+                candidate = replace(session)
+                candidate.start(message)
+                facts = await _describe(state, candidate)
+                session = candidate
                 await websocket.send_json({
                     "event": "task_started", "sample_rate": facts["sample_rate"], "channels": 1,
                     "bits_per_sample": 16, "format": session.format,
