@@ -222,7 +222,8 @@ def safe_voice_file(requested: str, voices_dir: Optional[Path]) -> Optional[Path
     root = Path(voices_dir).expanduser().resolve()
     candidate = Path(requested).expanduser()
     if not candidate.is_absolute():
-        if any(part in ("..", ".") for part in Path(requested).parts):
+        # The raw components: pathlib would silently drop "." ones.
+        if any(part in ("..", ".") for part in re.split(r"[/\\]", requested)):
             return None
         candidate = root / candidate
     try:
