@@ -54,6 +54,7 @@ def ray_cluster():
 
     dashboard_port = _free_port()
     ray.init(
+        address="local",  # always a new cluster: a bare init() would join another session's
         namespace="serve",
         include_dashboard=True,
         dashboard_host="127.0.0.1",

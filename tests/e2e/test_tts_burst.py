@@ -1,0 +1,116 @@
+"""A burst of speech requests: the TTS deployment scales above one replica, every request
+completes with the right audio, chat stays responsive during the burst, and the replicas
+return to the minimum after the downscale delay.
+
+The shared graph keeps serve_config.yaml's delays (minutes to come down), so this test
+deploys its own application (`tts-burst`, under /burst) with short delays and fast metric
+pushes, on the same Serve instance, and deletes it at the end. The voice it speaks with is
+registered through the shared graph: the burst's fresh replicas find it in the registry file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from deployments.audio.encode import encode_wav
+from deployments.tts.tiny_model import TINY_TTS_ID
+
+pytestmark = [
+    pytest.mark.slow,
+    # Metric pushes are set through env vars now (FAST_METRICS), which Serve's config check
+    # of look_back_period_s against the deprecated metrics_interval_s does not know about.
+    pytest.mark.filterwarnings("ignore:`look_back_period_s`:FutureWarning"),
+]
+
+BURST = 8
+TEXT = " ".join(["The quick brown fox jumps over the lazy dog, then it runs far away."] * 120)
+FAST_METRICS = {
+    "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
+    "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
+}
+SCALING = {
+    "min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1,
+    "upscale_delay_s": 1, "downscale_delay_s": 5, "look_back_period_s": 2,
+}
+
+
+def running_replicas(app: str = "tts-burst", deployment: str = "TTS") -> int:
+    from ray import serve
+
+    status = serve.status().applications[app].deployments[deployment]
+    return int(status.replica_states.get("RUNNING", 0))
+
+
+@pytest.fixture
+def burst_app(server, cache_dir):
+    from ray import serve
+
+    from deployments.ingress.deployment import Ingress
+    from deployments.tts.deployment import TTSSlot
+
+    actor = {"num_cpus": 0.1, "runtime_env": {"env_vars": FAST_METRICS}}
+    tts = TTSSlot.options(autoscaling_config=SCALING, max_ongoing_requests=2, ray_actor_options=actor).bind(
+        {"default_model": TINY_TTS_ID, "max_input_chars": 20000}, cache_dir=str(cache_dir)
+    )
+    app = Ingress.options(ray_actor_options=actor).bind({"tts": [TINY_TTS_ID]}, tts=tts)
+    serve.run(app, name="tts-burst", route_prefix="/burst")
+    try:
+        yield f"{server}/burst"
+    finally:
+        serve.delete("tts-burst")
+
+
+@pytest.fixture
+def burst_voice(http):
+    t = np.arange(16000) / 16000
+    wav = encode_wav((0.4 * np.sin(2 * np.pi * 330 * t)).astype(np.float32), 16000)
+    r = http.post("/v1/voices", data={"name": "burster"}, files={"reference_audio": ("b.wav", wav, "audio/wav")})
+    assert r.status_code == 201, r.text
+    yield "burster"
+    http.delete("/v1/voices/burster")
+
+
+async def test_burst_scales_up_completes_and_scales_down(burst_app, burst_voice, server):
+    assert running_replicas() == 1
+    peak = 1
+    body = {"input": TEXT, "voice": burst_voice, "response_format": "pcm"}
+    async with httpx.AsyncClient(timeout=300) as client:
+        async def speak() -> bytes:
+            r = await client.post(f"{burst_app}/v1/audio/speech", json=body)
+            assert r.status_code == 200, r.text
+            return r.content
+
+        async def chat() -> float:
+            t0 = time.perf_counter()
+            r = await client.post(f"{server}/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0})
+            assert r.status_code == 200, r.text
+            return time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        burst = [asyncio.create_task(speak()) for _ in range(BURST)]
+        chat_latencies = []
+        while not all(task.done() for task in burst):
+            peak = max(peak, running_replicas())
+            if len(chat_latencies) < 3:
+                chat_latencies.append(await chat())
+                chat_done_during_burst = not all(task.done() for task in burst)
+                assert chat_done_during_burst, "the burst ended before chat could be checked"
+            await asyncio.sleep(0.5)
+        results = await asyncio.gather(*burst)
+        burst_s = time.perf_counter() - t0
+
+    print(f"burst of {BURST}: {burst_s:.1f}s, peak {peak} replicas, chat latencies {chat_latencies}")
+    assert peak > 1
+    assert len(set(results)) == 1 and len(results[0]) > 24000 * 2  # every replica spoke the same voice
+    assert max(chat_latencies) < 10
+
+    deadline = time.time() + 90
+    while running_replicas() > 1 and time.time() < deadline:
+        await asyncio.sleep(1)
+    assert running_replicas() == 1
