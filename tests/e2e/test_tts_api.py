@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import shutil
+import time
 
 import httpx
 import numpy as np
@@ -209,3 +210,18 @@ def test_models_list_has_tts(client):
     cards = {m.id: m for m in client.models.list().data}
     assert TINY_TTS_ID in cards
     assert "/v1/audio/speech" in cards[TINY_TTS_ID].model_extra["endpoints"]
+
+
+def test_first_audio_arrives_long_before_the_end(http):
+    text = " ".join(["The quick brown fox jumps over the lazy dog, then it runs far away."] * 55)
+    t0 = time.perf_counter()
+    first = None
+    total = 0
+    with http.stream("POST", "/v1/audio/speech", json={"input": text, "voice": "alba", "response_format": "pcm"}) as r:
+        for chunk in r.iter_raw():
+            if chunk and first is None:
+                first = time.perf_counter() - t0
+            total += len(chunk)
+    elapsed = time.perf_counter() - t0
+    print(f"{len(text)} chars: first audio after {first * 1000:.0f} ms, all {total / 2 / RATE:.1f} s of audio after {elapsed * 1000:.0f} ms")
+    assert first < elapsed / 3

@@ -11,11 +11,13 @@ registered through the shared graph: the burst's fresh replicas find it in the r
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
 import numpy as np
 import pytest
+import websockets
 
 from deployments.audio.encode import encode_wav
 from deployments.tts.tiny_model import TINY_TTS_ID
@@ -46,7 +48,7 @@ def running_replicas(app: str = "tts-burst", deployment: str = "TTS") -> int:
     return int(status.replica_states.get("RUNNING", 0))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def burst_app(server, cache_dir):
     from ray import serve
 
@@ -55,7 +57,7 @@ def burst_app(server, cache_dir):
 
     actor = {"num_cpus": 0.1, "runtime_env": {"env_vars": FAST_METRICS}}
     tts = TTSSlot.options(autoscaling_config=SCALING, max_ongoing_requests=2, ray_actor_options=actor).bind(
-        {"default_model": TINY_TTS_ID, "max_input_chars": 20000}, cache_dir=str(cache_dir)
+        {"default_model": TINY_TTS_ID, "max_input_chars": 20000, "ws_idle_timeout_s": 1.5}, cache_dir=str(cache_dir)
     )
     app = Ingress.options(ray_actor_options=actor).bind({"tts": [TINY_TTS_ID]}, tts=tts)
     serve.run(app, name="tts-burst", route_prefix="/burst")
@@ -114,3 +116,18 @@ async def test_burst_scales_up_completes_and_scales_down(burst_app, burst_voice,
     while running_replicas() > 1 and time.time() < deadline:
         await asyncio.sleep(1)
     assert running_replicas() == 1
+
+
+async def test_websocket_idle_timeout(burst_app):
+    """This app's TTS config sets a 1.5 s idle timeout (the shared graph ships 120 s)."""
+    url = burst_app.replace("http://", "ws://") + "/ws/v1/tts"
+    async with websockets.connect(url) as ws:
+        assert json.loads(await ws.recv()) == {"event": "connected_success"}
+        await ws.send(json.dumps({"event": "task_start"}))
+        assert json.loads(await ws.recv())["event"] == "task_started"
+        t0 = time.perf_counter()
+        error = json.loads(await ws.recv())
+        assert error["event"] == "error" and error["message"].startswith("Idle timeout")
+        assert 1.0 < time.perf_counter() - t0 < 10
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
