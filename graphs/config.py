@@ -55,8 +55,9 @@ class GraphArgs(BaseModel):
 
 
 def _apply_tts_env(tts: TTSSlotConfig, environ: Mapping[str, str]) -> None:
-    """OminiX-API's TTS variables: TTS_MODEL, VOICES_CONFIG, TTS_VOICES_DIR."""
-    model = environ.get("TTS_MODEL", "").strip()
+    """TTS_MODEL (like LLM_MODEL; OminiX-API's QWEN3_TTS_MODEL_DIR works too), and OminiX-API's
+    VOICES_CONFIG and TTS_VOICES_DIR."""
+    model = environ.get("TTS_MODEL", "").strip() or environ.get("QWEN3_TTS_MODEL_DIR", "").strip()
     if model:
         tts.default_model = model
     voices_config = environ.get("VOICES_CONFIG", "").strip()

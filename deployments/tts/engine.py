@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
@@ -83,7 +83,6 @@ class EngineStats:
     chunks: int = 0
     samples: int = 0
     failed: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class TTSEngine:

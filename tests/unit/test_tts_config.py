@@ -26,6 +26,13 @@ def test_ominix_env_overrides():
     assert config.tts.voices_dir == "/srv/voices"
 
 
+def test_ominix_model_dir_variable():
+    config = GraphArgs.from_args({}, environ={"QWEN3_TTS_MODEL_DIR": "/models/qwen3-tts"})
+    assert config.tts.default_model == "/models/qwen3-tts"
+    both = {"QWEN3_TTS_MODEL_DIR": "/models/qwen3-tts", "TTS_MODEL": "/models/kokoro"}
+    assert GraphArgs.from_args({}, environ=both).tts.default_model == "/models/kokoro"
+
+
 def test_disabled_tts_is_not_in_the_catalog():
     assert "tts" not in GraphArgs.from_args({"tts": {"enabled": False}}, environ={}).catalog()
 
