@@ -44,6 +44,19 @@ def _wait_until_serving(base_url: str, proc: subprocess.Popen, log: Path) -> Non
     raise RuntimeError(f"graph not serving after {START_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
 
 
+def _wait_until_all_deployments_run(log: Path) -> None:
+    """Chat answering means the LLM slot is up; the other slots may still be starting."""
+    from ray import serve
+
+    deadline = time.time() + START_TIMEOUT_S
+    while time.time() < deadline:
+        app = serve.status().applications.get("ominix")
+        if app is not None and app.status == "RUNNING":
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"not every deployment is running after {START_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A private local Ray cluster (own ports), so parallel test sessions never collide.
@@ -87,6 +100,7 @@ def server(tmp_path_factory, cache_dir, ray_cluster):
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_serving(base_url, proc, log)
+        _wait_until_all_deployments_run(log)
         yield base_url
     finally:
         proc.send_signal(signal.SIGINT)  # serve run shuts Serve down

@@ -20,8 +20,8 @@ def chat(client, **kw):
 
 def test_models_list(client):
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL]
-    assert models.data[0].model_extra["type"] == "llm"
+    llm_cards = [m for m in models.data if m.model_extra["type"] == "llm"]  # other slots list theirs
+    assert [m.id for m in llm_cards] == [MODEL]
 
 
 def test_chat_non_streaming(client, tiny_tokenizer):
@@ -183,7 +183,7 @@ def test_dashboard_shows_deployments_and_replicas(server, dashboard_url):
     r = httpx.get(f"{dashboard_url}/api/serve/applications/", headers=headers, timeout=30)
     assert r.status_code == 200, r.text
     deployments = r.json()["applications"]["ominix"]["deployments"]
-    assert set(deployments) == {"Ingress", "LLM"}
+    assert {"Ingress", "LLM"} <= set(deployments)  # plus the other slots' deployments
     for d in deployments.values():
         assert d["status"] == "HEALTHY"
         assert any(rep["state"] == "RUNNING" for rep in d["replicas"])
