@@ -78,8 +78,8 @@ class Session:
 @router.websocket("/ws/v1/tts")
 async def ws_tts(websocket: WebSocket, state: IngressState = Depends(ingress_state)):
     await websocket.accept()
-    await websocket.send_json({"event": "connected_success"})
     try:
+        await _send(websocket, {"event": "connected_success"})
         await _serve_session(websocket, state)
     except (WebSocketDisconnect, ClientGone):
         return
@@ -121,7 +121,7 @@ async def _serve_session(websocket: WebSocket, state: IngressState) -> None:
                 candidate.start(message)
                 facts = await _describe(state, candidate)
                 session = candidate
-                await websocket.send_json({
+                await _send(websocket, {
                     "event": "task_started", "sample_rate": facts["sample_rate"], "channels": 1,
                     "bits_per_sample": 16, "format": session.format,
                 })
