@@ -112,10 +112,12 @@ async def test_burst_scales_up_completes_and_scales_down(burst_app, burst_voice,
     assert len(set(results)) == 1 and len(results[0]) > 24000 * 2  # every replica spoke the same voice
     assert max(chat_latencies) < 10
 
+    t_end = time.perf_counter()
     deadline = time.time() + 90
     while running_replicas() > 1 and time.time() < deadline:
         await asyncio.sleep(1)
     assert running_replicas() == 1
+    print(f"back to 1 replica {time.perf_counter() - t_end:.1f}s after the burst (downscale delay 5 s)")
 
 
 async def test_websocket_idle_timeout(burst_app):
