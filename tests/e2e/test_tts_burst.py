@@ -77,6 +77,44 @@ def burst_voice(http):
     http.delete("/v1/voices/burster")
 
 
+async def full_length(cache_dir, text: str, voice: str) -> int:
+    """Samples a complete synthesis gives (greedy tiny model: deterministic), run in-process."""
+    from deployments.tts.engine import SpeechJob, TTSEngine
+    from deployments.tts.sentences import split_sentences
+    from deployments.tts.tiny_model import ensure_tiny_tts
+
+    engine = await TTSEngine.start(TINY_TTS_ID, ensure_tiny_tts(cache_dir))
+    try:
+        job = SpeechJob(segments=split_sentences(text), preset=voice)
+        return sum([chunk.size async for chunk in engine.synthesize(job)])
+    finally:
+        engine.shutdown()
+
+
+async def test_client_going_away_stops_its_synthesis(burst_app, cache_dir):
+    """Runs first, while the app has its single replica, so `stats` reads that replica."""
+    from ray import serve
+
+    stats = serve.get_deployment_handle("TTS", app_name="tts-burst").stats
+
+    async def produced() -> int:
+        return (await stats.remote())[TINY_TTS_ID]["samples"]
+
+    assert running_replicas() == 1
+    before = await produced()
+    async with httpx.AsyncClient(timeout=60) as client:
+        body = {"input": TEXT * 2, "voice": "marius", "response_format": "pcm"}
+        async with client.stream("POST", f"{burst_app}/v1/audio/speech", json=body) as r:
+            async for chunk in r.aiter_raw():
+                if chunk:
+                    break  # hang up after the first audio
+    await asyncio.sleep(2)
+    stopped_at = await produced()
+    await asyncio.sleep(2)
+    assert await produced() == stopped_at  # nothing more is generated for nobody
+    assert 0 < stopped_at - before < await full_length(cache_dir, body["input"], "marius") / 2
+
+
 async def test_burst_scales_up_completes_and_scales_down(burst_app, burst_voice, server):
     assert running_replicas() == 1
     peak = 1
