@@ -16,6 +16,7 @@ from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, 
 from deployments.ingress.config import IngressSettings, hash_key
 from deployments.asr.config import ASRSlotConfig, parse_mode
 from deployments.llm.config import LLMSlotConfig
+from deployments.tts.config import TTSSlotConfig
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 # The ingress's chat timeout stays this much above the CUDA route's, so the route times out first.
@@ -54,6 +55,7 @@ class GraphArgs(BaseModel):
         default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
     )
     asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
+    tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -66,6 +68,7 @@ class GraphArgs(BaseModel):
         if llm_model:
             config.llm.default_model = llm_model
         _asr_env(config.asr, environ)
+        _apply_tts_env(config.tts, environ)
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
@@ -117,6 +120,8 @@ class GraphArgs(BaseModel):
             slots["llm"] = {"models": self.llm.allowed_models(), "models_dir": self.llm.models_dir}
         if self.asr.enabled:
             slots["asr"] = {"models": self.asr.allowed_models(), "models_dir": None}
+        if self.tts.enabled:
+            slots["tts"] = {"models": self.tts.allowed_models(), "models_dir": None}
         return slots
 
     def defaults(self) -> dict[str, str]:
@@ -156,3 +161,17 @@ def _asr_env(asr: ASRSlotConfig, environ: Mapping[str, str]) -> None:
         if not max_batch.isdigit() or int(max_batch) < 1:
             raise ValueError(f"ASR_MAX_BATCH must be an integer >= 1, got {max_batch!r}")
         asr.max_batch = int(max_batch)
+
+
+def _apply_tts_env(tts: TTSSlotConfig, environ: Mapping[str, str]) -> None:
+    """TTS_MODEL (like LLM_MODEL; OminiX-API's QWEN3_TTS_MODEL_DIR works too), and OminiX-API's
+    VOICES_CONFIG and TTS_VOICES_DIR."""
+    model = environ.get("TTS_MODEL", "").strip() or environ.get("QWEN3_TTS_MODEL_DIR", "").strip()
+    if model:
+        tts.default_model = model
+    voices_config = environ.get("VOICES_CONFIG", "").strip()
+    if voices_config:
+        tts.voices_config = voices_config
+    voices_dir = environ.get("TTS_VOICES_DIR", "").strip()
+    if voices_dir:
+        tts.voices_dir = voices_dir

@@ -16,6 +16,7 @@ from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
+from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
 from graphs.config import GraphArgs
 
 logger = logging.getLogger("ray.serve")
@@ -33,6 +34,7 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
+        _check_tts_model(config)
     bind_host = _serve_http_host()
     settings = config.ingress_settings(bind_host)
     logger.info(
@@ -51,11 +53,14 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     asr = None
     if config.asr.enabled:
         asr = ASRSlot.options(**options.get("ASR", {})).bind(config.asr.model_dump(), cache_dir=config.cache_dir)
+    tts = None
+    if config.tts.enabled:
+        tts = TTSSlot.options(**options.get("TTS", {})).bind(config.tts.model_dump(), cache_dir=config.cache_dir)
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
-    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, **cuda)
+    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, **cuda)
 
 
 def _serve_http_host() -> Optional[str]:
@@ -84,3 +89,13 @@ def _check_models(config: GraphArgs) -> None:
     except ModelUnavailable as e:
         logger.error("LLM slot: %s", e)
         raise ModelUnavailable(f"LLM slot cannot start: {e}") from None
+
+
+def _check_tts_model(config: GraphArgs) -> None:
+    if not config.tts.enabled:
+        return
+    try:
+        check_model_available(config.tts.default_model, builtins=BUILTIN_TTS)
+    except ModelUnavailable as e:
+        logger.error("TTS slot: %s", e)
+        raise ModelUnavailable(f"TTS slot cannot start: {e}") from None

@@ -14,6 +14,7 @@ from deployments.ingress.middleware import (
 )
 from deployments.ingress.metrics import RequestMetrics
 from deployments.ingress.routers import (
+    audio_speech,
     audio_transcriptions,
     chat,
     completions,
@@ -21,6 +22,8 @@ from deployments.ingress.routers import (
     metrics,
     model_admin,
     models,
+    voices,
+    ws_tts,
 )
 from deployments.ingress.state import ingress_state
 
@@ -40,7 +43,8 @@ def create_app(settings=_replica_settings) -> FastAPI:
     # model_admin before models: /v1/models/status must not match /v1/models/{model_id}.
     for router in (health.router, model_admin.router, models.router, chat.router, completions.router, metrics.router):
         app.include_router(router)
-    app.include_router(audio_transcriptions.router)
+    for router in (audio_transcriptions.router, audio_speech.router, voices.router, ws_tts.router):
+        app.include_router(router)
     # Added last = runs first: metrics, CORS, auth, the cap, body size, timeout, the routes.
     for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):
         app.add_middleware(middleware, settings=settings)

@@ -17,6 +17,7 @@ from deployments.protocol.openai import ModelCard
 SLOT_ENDPOINTS = {
     "llm": ["/v1/chat/completions", "/v1/completions"],
     "asr": ["/v1/audio/transcriptions"],
+    "tts": ["/v1/audio/speech", "/v1/audio/speech/clone", "/ws/v1/tts"],
 }
 
 

@@ -28,6 +28,7 @@ class Ingress:
         control: Optional[DeploymentHandle] = None,
         llm: Optional[DeploymentHandle] = None,
         asr: Optional[DeploymentHandle] = None,
+        tts: Optional[DeploymentHandle] = None,
         cuda: Optional[DeploymentHandle] = None,
         cuda_models: tuple[str, ...] = (),
     ):
@@ -37,6 +38,7 @@ class Ingress:
             control=control,
             llm=llm,
             asr=asr,
+            tts=tts,
             cuda=cuda,
             cuda_models=frozenset(cuda_models),
         )

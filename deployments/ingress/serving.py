@@ -42,7 +42,7 @@ class SlotStream:
 
     @classmethod
     async def start(cls, gen: Any) -> "SlotStream":
-        """Wrap any deployment's response generator, awaiting its first chunk."""
+        """Wrap a slot's streaming call, awaiting its first chunk (errors surface here)."""
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:
@@ -76,8 +76,8 @@ def json_response(model: BaseModel) -> JSONResponse:
     return JSONResponse(model.model_dump(mode="json"))
 
 
-def sse_response(events: AsyncIterator[BaseModel | dict]) -> StreamingResponse:
-    """Frame model events as SSE, end with [DONE]; a failure mid-stream becomes an error event."""
+def sse_response(events: AsyncIterator[BaseModel | dict], end: bytes = SSE_DONE) -> StreamingResponse:
+    """Frame model events as SSE, then `end` ([DONE]); a failure mid-stream becomes an error event."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -85,7 +85,7 @@ def sse_response(events: AsyncIterator[BaseModel | dict]) -> StreamingResponse:
                 yield sse_data(event)
         except Exception as e:  # headers are gone: report inside the stream
             yield sse_data(from_exception(e).body())
-        yield SSE_DONE
+        yield end
 
     return StreamingResponse(body(), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS)
 

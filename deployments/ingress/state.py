@@ -18,6 +18,7 @@ class IngressState:
     metrics: IngressMetrics = field(default_factory=IngressMetrics)
     control: Optional[Any] = None  # DeploymentHandle of the Control deployment
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
+    tts: Optional[Any] = None  # DeploymentHandle of the TTS slot, when it is bound
     asr: Optional[Any] = None  # DeploymentHandle of the ASR slot, when it is bound
     cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)

@@ -60,8 +60,6 @@ def _app_running() -> bool:
 
     app = serve.status().applications.get("ominix")
     return app is not None and app.status == "RUNNING"
-
-
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A private local Ray cluster (own ports), so parallel test sessions never collide.

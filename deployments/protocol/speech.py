@@ -1,0 +1,61 @@
+"""Speech (TTS) request models: POST /v1/audio/speech and what the ingress sends the TTS slot.
+
+No Ray, no MLX.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+ResponseFormat = Literal["pcm", "wav", "mp3", "flac", "opus", "aac"]
+DEFAULT_RESPONSE_FORMAT: ResponseFormat = "wav"
+
+
+class SpeechRequest(BaseModel):
+    """OpenAI's speech request plus OminiX-API's and MiniInfer's extensions."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    input: str
+    model: Optional[str] = None
+    voice: Optional[str] = None
+    response_format: Optional[ResponseFormat] = None
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    language: Optional[str] = None
+    # OminiX-API: `instruct` (alias `prompt`); OpenAI: `instructions`.
+    instruct: Optional[str] = Field(None, validation_alias=AliasChoices("instruct", "prompt", "instructions"))
+    reference_audio: Optional[str] = Field(None, description="base64 audio to clone the voice from")
+    reference_text: Optional[str] = None
+    stream: bool = Field(False, description="MiniInfer SSE: data: {\"delta\": <base64 pcm>}")
+    stream_format: Optional[Literal["audio", "sse"]] = None
+
+    @field_validator("instruct", "language", "voice", "reference_text")
+    @classmethod
+    def _blank_is_none(cls, v: Optional[str]) -> Optional[str]:
+        return v if v is None or v.strip() else None
+
+
+class SynthesisParams(BaseModel):
+    """One synthesis as the TTS slot receives it (HTTP and WebSocket alike)."""
+
+    text: str
+    voice: Optional[str] = None
+    speed: float = 1.0
+    language: Optional[str] = None
+    instruct: Optional[str] = None
+    reference_audio: Optional[bytes] = None  # encoded audio (wav, flac, ...)
+    reference_text: Optional[str] = None
+
+
+class SpeechChunk(BaseModel):
+    """Audio the TTS slot streams back: float32 mono samples, little-endian bytes."""
+
+    sample_rate: int
+    samples: bytes = b""  # float32 LE; empty for the opening chunk
+
+    def to_array(self):
+        import numpy as np
+
+        return np.frombuffer(self.samples, dtype="<f4")

@@ -1,0 +1,215 @@
+"""The TTS slot as a Ray Serve deployment: a thin adapter from Serve to `TTSEngine`.
+
+`synthesize` streams `SpeechChunk`s: first an empty one carrying the sample rate (sent once
+the request has been checked: voice, reference audio, options), then audio as the engine
+generates it. Voices come from the registry file (re-read when it changes, so a voice
+registered through any replica works on all of them) and the model's presets.
+Models are chosen per request through Serve model multiplexing, as in the LLM slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from pathlib import Path
+from typing import Any, AsyncIterator, Optional
+
+from ray import serve
+
+from deployments.audio.encode import encode_wav
+from deployments.audio.reference import BadReferenceAudio, read_reference
+from deployments.hub import default_cache_dir, resolve_model_dir
+from deployments.protocol.errors import APIError, invalid_request, model_not_found, server_error, unavailable
+from deployments.protocol.speech import SpeechChunk, SynthesisParams
+from deployments.tts.config import TTSSlotConfig
+from deployments.tts.engine import SpeechJob, TTSEngine
+from deployments.tts.sentences import split_sentences
+from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
+from deployments.tts.voices import (
+    RegistryError,
+    VoiceEntry,
+    VoiceNotFound,
+    VoiceRegistry,
+    atomic_write,
+    check_voice_name,
+    list_voices,
+    resolve_voice,
+)
+
+logger = logging.getLogger("ray.serve")
+
+BUILTIN_TTS = {TINY_TTS_ID: ensure_tiny_tts}
+TTS_FILE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
+
+
+def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
+    if config.voices_config:
+        return Path(config.voices_config).expanduser()
+    return cache_dir / "tts" / "voices.json"
+
+
+@serve.deployment(name="TTS", max_ongoing_requests=4, health_check_period_s=10)
+class TTSSlot:
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None):
+        self.config = TTSSlotConfig.model_validate(config)
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.registry = VoiceRegistry(registry_path(self.config, self.cache_dir))
+        self.voices_dir = Path(self.config.voices_dir).expanduser() if self.config.voices_dir else None
+        self._engines: weakref.WeakSet[TTSEngine] = weakref.WeakSet()
+
+        # Serve's multiplexer keeps its LRU on the decorated callable: a plain closure.
+        async def load_engine(model_id: str) -> TTSEngine:
+            return await self._load_engine(model_id)
+
+        self._get_engine = serve.multiplexed(
+            max_num_models_per_replica=self.config.max_models_per_replica
+        )(load_engine)
+        await self._get_engine(self.config.default_model)
+
+    async def _load_engine(self, model_id: str) -> TTSEngine:
+        model_dir = await asyncio.to_thread(
+            resolve_model_dir, model_id, builtins=BUILTIN_TTS, cache_dir=self.cache_dir,
+            allow_patterns=TTS_FILE_PATTERNS,
+        )
+        engine = await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
+        self._engines.add(engine)
+        if model_id in BUILTIN_TTS:
+            logger.warning(
+                "TTS slot serves the built-in tiny model '%s': random weights, the audio says "
+                "nothing. Use a real model (on a Mac) with e.g. TTS_MODEL=mlx-community/Kokoro-82M-bf16",
+                model_id,
+            )
+        return engine
+
+    async def _engine(self) -> TTSEngine:
+        model_id = serve.get_multiplexed_model_id() or self.config.default_model
+        if model_id not in self.config.allowed_models():
+            raise model_not_found(model_id, self.config.allowed_models())
+        try:
+            return await self._get_engine(model_id)
+        except APIError:
+            raise
+        except Exception as e:
+            raise unavailable(f"TTS model '{model_id}' could not be loaded: {e}") from None
+
+    # ------------------------------------------------------------------ synthesis
+
+    async def synthesize(self, params: SynthesisParams) -> AsyncIterator[SpeechChunk]:
+        engine = await self._engine()
+        job = await self._job(engine, params)
+        yield SpeechChunk(sample_rate=engine.sample_rate)
+        async for samples in engine.synthesize(job):
+            yield SpeechChunk(sample_rate=engine.sample_rate, samples=samples.astype("<f4").tobytes())
+
+    async def _job(self, engine: TTSEngine, params: SynthesisParams) -> SpeechJob:
+        if len(params.text) > self.config.max_input_chars:
+            raise invalid_request(
+                f"input is {len(params.text)} characters; the maximum is {self.config.max_input_chars}",
+                "input", "input_too_long",
+            )
+        job = SpeechJob(
+            segments=split_sentences(params.text), speed=params.speed,
+            language=params.language, instruct=params.instruct,
+        )
+        if params.reference_audio is not None:
+            job.ref_audio = await self._reference(params.reference_audio, engine.sample_rate, "reference_audio")
+            job.ref_text = params.reference_text
+        else:
+            voice = self._resolve(engine, params.voice)
+            if voice.preset is not None:
+                job.preset = voice.preset
+            else:
+                job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
+                job.ref_text = voice.ref_text
+        engine.check_job(job)
+        return job
+
+    def _resolve(self, engine: TTSEngine, requested: Optional[str]):
+        try:
+            return resolve_voice(requested, self._registry_data(), engine.presets, self.voices_dir)
+        except VoiceNotFound as e:
+            raise APIError(404, str(e), "invalid_request_error", "voice", "voice_not_found") from None
+
+    def _registry_data(self):
+        try:
+            return self.registry.data()
+        except RegistryError as e:
+            raise server_error(f"The voice registry {self.registry.path} is malformed: {e}") from None
+
+    @staticmethod
+    async def _reference(data: bytes, sample_rate: int, param: str):
+        try:
+            return await asyncio.to_thread(read_reference, data, sample_rate)
+        except BadReferenceAudio as e:
+            raise invalid_request(str(e), param, "invalid_reference_audio") from None
+
+    async def _voice_audio(self, name: str, path: Path, sample_rate: int):
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except OSError:
+            raise server_error(f"Voice '{name}' reference audio not found: {path}") from None
+        try:
+            return await asyncio.to_thread(read_reference, data, sample_rate)
+        except BadReferenceAudio as e:
+            raise server_error(f"Voice '{name}' reference audio {path} is unusable: {e}") from None
+
+    # ------------------------------------------------------------------ voices and facts
+
+    async def describe(self) -> dict[str, Any]:
+        """Facts clients need before synthesizing (the WebSocket's task_started)."""
+        engine = await self._engine()
+        return {
+            "model": engine.model_id,
+            "model_type": engine.model_type,
+            "sample_rate": engine.sample_rate,
+            "presets": engine.presets,
+            "max_input_chars": self.config.max_input_chars,
+            "ws_idle_timeout_s": self.config.ws_idle_timeout_s,
+        }
+
+    async def voices(self) -> dict[str, Any]:
+        engine = await self._engine()
+        return list_voices(self._registry_data(), engine.presets)
+
+    async def register_voice(
+        self, name: str, audio: bytes, ref_text: str = "", aliases: Optional[list[str]] = None,
+        language: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Store the reference audio next to the registry and add the voice to it atomically."""
+        try:
+            check_voice_name(name)
+            for alias in aliases or []:
+                check_voice_name(alias)
+        except RegistryError as e:
+            raise invalid_request(str(e), "name") from None
+        engine = await self._engine()
+        if name.lower() in (p.lower() for p in engine.presets):
+            raise invalid_request(f"'{name}' is a preset voice of the model", "name", "voice_exists")
+        samples = await self._reference(audio, engine.sample_rate, "reference_audio")
+        path = self.registry.path.parent / "voices" / f"{name}.wav"
+        await asyncio.to_thread(atomic_write, path, encode_wav(samples, engine.sample_rate))
+        entry = VoiceEntry(ref_audio=str(path), ref_text=ref_text, aliases=list(aliases or []), language=language)
+        self._registry_data()  # refuse to overwrite a malformed file
+        await asyncio.to_thread(self.registry.register, name, entry)
+        return {"name": name, "aliases": entry.aliases, "source": "registry"}
+
+    async def delete_voice(self, name: str) -> dict[str, Any]:
+        self._registry_data()
+        entry = await asyncio.to_thread(self.registry.remove, name)
+        if entry is None:
+            raise APIError(404, f"Voice '{name}' is not in the registry", "invalid_request_error", "name", "voice_not_found")
+        managed = self.registry.path.parent / "voices"
+        audio = Path(entry.ref_audio)
+        if audio.parent == managed:  # only files this server stored; never a user's own file
+            audio.unlink(missing_ok=True)
+        return {"name": name, "deleted": True}
+
+    def stats(self) -> dict:
+        return {e.model_id: {**vars(e.stats), "pending": e.pending()} for e in list(self._engines) if not e.closed}
+
+    def check_health(self) -> None:
+        for engine in list(self._engines):
+            if engine.thread_died():
+                raise RuntimeError(f"TTS engine thread for {engine.model_id} died")
+

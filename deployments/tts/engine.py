@@ -1,0 +1,274 @@
+"""The TTS engine: one mlx-audio TTS model and the one thread that owns it.
+
+Requests arrive from the replica's asyncio loop as `SpeechJob`s; the engine thread runs them
+one at a time (a model's decoder keeps streaming state, e.g. pocket_tts's Mimi, so two
+syntheses cannot interleave on one model: concurrency comes from more replicas). Each job's
+text is already split into segments; every segment is generated with `stream=True` where the
+model supports it, and each audio chunk goes back to the request's asyncio queue as soon as
+the model yields it. A job carries its own voice and reference audio: nothing about a voice is
+cached on the engine, so concurrent cloning requests can never mix speakers.
+
+No Ray here: the Serve deployment is a thin wrapper around this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Optional
+
+import numpy as np
+
+from deployments.protocol.errors import APIError, invalid_request, server_error
+
+logger = logging.getLogger(__name__)
+
+_STOP_THREAD = object()
+_END = object()
+
+
+@dataclass
+class SpeechJob:
+    """One synthesis: segments of text, a voice, options. Built by the deployment."""
+
+    segments: list[str]
+    preset: Optional[str] = None  # a model preset voice
+    ref_audio: Optional[np.ndarray] = None  # cloning: float32 mono at the model's rate
+    ref_text: Optional[str] = None
+    speed: float = 1.0
+    language: Optional[str] = None
+    instruct: Optional[str] = None
+    loop: Optional[asyncio.AbstractEventLoop] = None
+    outbox: Optional[asyncio.Queue] = None
+    cancelled: bool = False
+
+    def send(self, item: Any) -> None:
+        self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
+
+
+@dataclass
+class Capabilities:
+    """What a model's `generate` accepts, read from its signature."""
+
+    stream: bool = False
+    speed: bool = False
+    language: bool = False
+    instruct: bool = False
+    clone: bool = False
+    ref_text: bool = False
+
+    @classmethod
+    def of(cls, model: Any) -> "Capabilities":
+        params = inspect.signature(model.generate).parameters
+        return cls(
+            stream="stream" in params,
+            speed="speed" in params,
+            language="lang_code" in params,
+            instruct="instruct" in params,
+            clone="ref_audio" in params,
+            ref_text="ref_text" in params,
+        )
+
+
+@dataclass
+class EngineStats:
+    jobs: int = 0
+    chunks: int = 0
+    samples: int = 0
+    failed: int = 0
+
+
+class TTSEngine:
+    """Owns one model. Create with `await TTSEngine.start(...)`, release with `shutdown()`."""
+
+    def __init__(self, model_id: str, model_dir: Path, streaming_interval_s: float):
+        self.model_id = model_id
+        self.model_dir = Path(model_dir)
+        self.streaming_interval_s = streaming_interval_s
+        self.sample_rate: int = 24000
+        self.model_type: str = ""
+        self.presets: list[str] = []
+        self.capabilities = Capabilities()
+        self.stats = EngineStats()
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._loaded = threading.Event()
+        self._load_error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name=f"mlx-tts:{model_id}", daemon=True)
+        self._closed = False
+
+    @classmethod
+    async def start(cls, model_id: str, model_dir: Path, streaming_interval_s: float = 0.24) -> "TTSEngine":
+        engine = cls(model_id, model_dir, streaming_interval_s)
+        engine._thread.start()
+        await asyncio.to_thread(engine._loaded.wait)
+        if engine._load_error is not None:
+            raise engine._load_error
+        return engine
+
+    # ------------------------------------------------------------------ asyncio side
+
+    def check_job(self, job: SpeechJob) -> None:
+        """400 for options this model cannot honour (never silently ignored)."""
+        caps = self.capabilities
+        if job.speed != 1.0 and not caps.speed:
+            raise invalid_request(f"Model '{self.model_id}' ({self.model_type}) does not support 'speed'", "speed")
+        if job.instruct and not caps.instruct:
+            raise invalid_request(f"Model '{self.model_id}' ({self.model_type}) does not support 'instruct'", "instruct")
+        if job.ref_audio is not None and not caps.clone:
+            raise invalid_request(
+                f"Model '{self.model_id}' ({self.model_type}) cannot clone a voice from reference audio",
+                "reference_audio",
+            )
+
+    async def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
+        """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
+        Closing the iterator early stops the synthesis after the current chunk."""
+        if self._closed:
+            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        job.loop, job.outbox = asyncio.get_running_loop(), asyncio.Queue()
+        self._inbox.put(job)
+        try:
+            while True:
+                item = await job.outbox.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            job.cancelled = True  # read by the engine thread between chunks
+
+    def pending(self) -> int:
+        return self._inbox.qsize()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(_STOP_THREAD)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=60)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def thread_died(self) -> bool:
+        return not self._closed and not self._thread.is_alive()
+
+    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
+        self.shutdown()
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _run(self) -> None:
+        import mlx.core as mx
+
+        try:
+            self._load()
+        except BaseException as e:  # reported to start()
+            self._load_error = e
+            self._loaded.set()
+            return
+        self._loaded.set()
+        try:
+            while True:
+                job = self._inbox.get()
+                if job is _STOP_THREAD:
+                    return
+                if not job.cancelled:
+                    self._run_job(job)
+        finally:
+            while not self._inbox.empty():  # fail what is still queued
+                job = self._inbox.get_nowait()
+                if isinstance(job, SpeechJob):
+                    job.send(APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+            self._model = None
+            gc.collect()
+            mx.clear_cache()
+            logger.info("TTS engine for %s stopped and its memory released", self.model_id)
+
+    def _load(self) -> None:
+        from mlx_audio.tts.utils import load_model
+
+        t0 = time.perf_counter()
+        self._model = load_model(self.model_dir)
+        self.sample_rate = int(self._model.sample_rate)
+        self.model_type = getattr(self._model, "model_type", "") or ""
+        self.capabilities = Capabilities.of(self._model)
+        self.presets = find_presets(self.model_dir)
+        logger.info(
+            "Loaded TTS %s (%s, %d Hz, presets %s) from %s in %.1fs", self.model_id, self.model_type,
+            self.sample_rate, self.presets, self.model_dir, time.perf_counter() - t0,
+        )
+
+    def _run_job(self, job: SpeechJob) -> None:
+        self.stats.jobs += 1
+        try:
+            for segment in job.segments:
+                for chunk in self._model.generate(segment, **self._generate_kwargs(job)):
+                    if job.cancelled:
+                        return
+                    samples = np.asarray(chunk.audio, dtype=np.float32).reshape(-1)
+                    if samples.size:
+                        self.stats.chunks += 1
+                        self.stats.samples += samples.size
+                        job.send(samples)
+            job.send(_END)
+        except Exception as e:  # never let one bad request kill the replica
+            logger.exception("Synthesis failed")
+            self.stats.failed += 1
+            job.send(server_error(f"Speech synthesis failed: {type(e).__name__}: {e}"))
+
+    def _generate_kwargs(self, job: SpeechJob) -> dict[str, Any]:
+        import mlx.core as mx
+
+        caps = self.capabilities
+        kwargs: dict[str, Any] = {"verbose": False}
+        if caps.stream:
+            kwargs.update(stream=True, streaming_interval=self.streaming_interval_s)
+        if job.ref_audio is not None:
+            kwargs["ref_audio"] = mx.array(job.ref_audio)
+            if job.ref_text and caps.ref_text:
+                kwargs["ref_text"] = job.ref_text
+        elif job.preset is not None:
+            kwargs["voice"] = job.preset
+        if caps.speed:
+            kwargs["speed"] = job.speed
+        if caps.language and job.language:
+            kwargs["lang_code"] = job.language
+        if caps.instruct and job.instruct:
+            kwargs["instruct"] = job.instruct
+        return kwargs
+
+
+def find_presets(model_dir: Path) -> list[str]:
+    """Preset voice names a model directory ships: voices/ and embeddings/ files, pocket_tts's
+    default-voice, Qwen3-TTS CustomVoice speakers (config.json)."""
+    names: list[str] = []
+    for folder in ("voices", "embeddings"):
+        for path in sorted((model_dir / folder).glob("*")):
+            if path.suffix in (".safetensors", ".pt", ".npy", ".bin"):
+                names.append(path.stem)
+    if (model_dir / "default-voice.safetensors").is_file():
+        names.append("default")
+    names += _config_speakers(model_dir)
+    return list(dict.fromkeys(names))
+
+
+def _config_speakers(model_dir: Path) -> list[str]:
+    import json
+
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return []
+    speakers = (config.get("talker_config") or {}).get("spk_id") or {}
+    return sorted(speakers) if isinstance(speakers, dict) else []

@@ -1,0 +1,107 @@
+"""The audio encoder (every response format) and the reference-audio reader."""
+
+import base64
+import io
+import shutil
+import wave
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from deployments.audio import encode as enc
+from deployments.audio.reference import BadReferenceAudio, decode_base64, read_reference
+
+RATE = 24000
+
+
+def tone(seconds=0.5, rate=RATE, freq=440.0):
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def test_pcm16_clips_and_is_little_endian():
+    pcm = enc.to_pcm16(np.array([0.0, 1.0, -1.0, 2.0, -2.0], np.float32))
+    assert np.frombuffer(pcm, "<i2").tolist() == [0, 32767, -32767, 32767, -32767]
+
+
+def test_wav_is_readable_with_exact_sizes():
+    data = enc.encode(tone(), RATE, "wav")
+    with wave.open(io.BytesIO(data)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()) == (RATE, 1, 2, RATE // 2)
+
+
+@pytest.mark.parametrize("fmt,container", [("mp3", "MP3"), ("flac", "FLAC"), ("opus", "OGG")])
+def test_soundfile_formats_round_trip(fmt, container):
+    data = enc.encode(tone(), RATE, fmt)
+    info = sf.info(io.BytesIO(data))
+    assert info.format == container
+    samples, _ = sf.read(io.BytesIO(data))
+    assert abs(samples.size / info.samplerate - 0.5) < 0.1
+
+
+def test_opus_at_an_unsupported_rate_is_resampled():
+    data = enc.encode(tone(rate=22050), 22050, "opus")
+    assert sf.info(io.BytesIO(data)).samplerate == 48000
+
+
+def test_aac_depends_on_ffmpeg(monkeypatch):
+    if shutil.which("ffmpeg"):
+        assert enc.encode(tone(), RATE, "aac")[:2] == b"\xff\xf1"
+    monkeypatch.setattr(enc.shutil, "which", lambda name: None)
+    with pytest.raises(enc.UnsupportedFormat, match="ffmpeg"):
+        enc.check_format("aac")
+
+
+def test_unknown_format():
+    with pytest.raises(enc.UnsupportedFormat, match="xyz"):
+        enc.check_format("xyz")
+
+
+def test_streaming_wav_header_then_pcm():
+    encoder = enc.StreamEncoder("wav", RATE)
+    audio = tone()
+    parts = [encoder.feed(audio[:1000]), encoder.feed(audio[1000:]), encoder.finish()]
+    assert parts[0][:4] == b"RIFF" and parts[0][40:44] == b"\xff\xff\xff\xff"
+    assert parts[1] == enc.to_pcm16(audio[1000:]) and parts[2] == b""
+    samples, rate = sf.read(io.BytesIO(b"".join(parts)), dtype="float32")
+    assert rate == RATE and samples.size == audio.size
+
+
+def test_empty_wav_stream_still_has_a_header():
+    assert enc.StreamEncoder("wav", RATE).finish()[:4] == b"RIFF"
+    assert enc.StreamEncoder("pcm", RATE).finish() == b""
+
+
+def test_buffered_formats_encode_at_finish():
+    encoder = enc.StreamEncoder("flac", RATE)
+    assert not encoder.streaming
+    assert encoder.feed(tone()) == b""
+    assert sf.info(io.BytesIO(encoder.finish())).frames == RATE // 2
+
+
+def test_resample_length_and_identity():
+    x = tone(rate=16000)
+    assert enc.resample(x, 16000, 24000).size == 12000
+    assert enc.resample(x, 16000, 16000) is not None and enc.resample(x, 16000, 16000).size == x.size
+
+
+def test_reference_reader_resamples_and_mixes_down():
+    stereo = np.stack([tone(rate=16000), tone(rate=16000)], axis=1)
+    buf = io.BytesIO()
+    sf.write(buf, stereo, 16000, format="WAV")
+    samples = read_reference(buf.getvalue(), RATE)
+    assert samples.dtype == np.float32 and samples.size == RATE // 2
+
+
+@pytest.mark.parametrize("data,reason", [(b"junk", "decoded"), (enc.encode(tone(0.01), RATE, "wav"), "too short")])
+def test_bad_reference(data, reason):
+    with pytest.raises(BadReferenceAudio, match=reason):
+        read_reference(data, RATE)
+
+
+def test_base64_and_data_urls():
+    assert decode_base64(base64.b64encode(b"abc").decode()) == b"abc"
+    assert decode_base64("data:audio/wav;base64," + base64.b64encode(b"abc").decode()) == b"abc"
+    with pytest.raises(BadReferenceAudio):
+        decode_base64("not base64!")
