@@ -36,7 +36,7 @@ def managed(server, cache_dir, tiny_llm_dir, tmp_path_factory):
     models_dir = tmp_path_factory.mktemp("models")
     second = models_dir / "tiny-b"
     shutil.copytree(tiny_llm_dir, second)
-    args = {"cache_dir": str(cache_dir), "llm": {"models_dir": str(models_dir)}}
+    args = {"cache_dir": str(cache_dir), "llm": {"models_dir": str(models_dir)}, "asr": {"enabled": False}, "tts": {"enabled": False}}
     serve.run(build_graph(GraphArgs.from_args(args), options={"LLM": {"num_replicas": 2}}), name="managed", route_prefix="/managed", blocking=False)
     client = httpx.Client(base_url=f"{server}/managed", timeout=120)
 
@@ -60,10 +60,9 @@ def replicas(client):
 
 def test_ready_with_the_configured_default_on_both_replicas(managed):
     client, _ = managed
-    assert client.get("/readyz").json() == {
-        "status": "ready",
-        "slots": {"llm": {"ready": True, "model": TINY, "replicas": 2}},
-    }
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["sglang_cuda"] == {"configured": False}
+    assert ready["slots"]["llm"] == {"ready": True, "model": TINY, "replicas": 2}
     assert [r["default_model"] for r in replicas(client)] == [TINY, TINY]
     assert all(r["memory"]["mlx_active_bytes"] > 0 for r in replicas(client))
 

@@ -19,7 +19,8 @@ def keyed_url(server, cache_dir):
 
     from graphs.omni import build_app
 
-    app = build_app({"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": {"enabled": False}})
+    off = {"enabled": False}  # no slot is needed to check the keys
+    app = build_app({"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": off, "asr": off, "tts": off})
     serve.run(app, name="keyed", route_prefix="/keyed", blocking=False)
     url = f"{server}/keyed"
     for _ in range(120):

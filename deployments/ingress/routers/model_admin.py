@@ -15,6 +15,7 @@ from pydantic import AliasChoices, BaseModel, Field
 
 from deployments import SERVICE_NAME, __version__
 from deployments.control.state import LOADED, UNLOADED
+from deployments.ingress.cuda import NOT_CONFIGURED_STATUS, cuda_status
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request, server_error, unavailable
 
@@ -59,11 +60,21 @@ def _replica_view(report: dict) -> dict:
 
 @router.get("/readyz")
 async def readyz(state: IngressState = Depends(ingress_state)):
-    """200 once every enabled slot has a replica serving its default model; else 503 and why."""
+    """200 once every slot under the control plane has a replica serving its default model and,
+    when a CUDA route is configured, its worker is ready (live probe); else 503 with reasons."""
+    slots, ready = await _slot_readiness(state)
+    cuda = await cuda_status(state)
+    if cuda is not None:
+        ready = ready and cuda["model_ready"]
+    body = {"status": "ready" if ready else "not_ready", "slots": slots, "sglang_cuda": cuda or {"configured": False}}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _slot_readiness(state: IngressState) -> tuple[dict, bool]:
     try:
         status = await _control_status(state)
     except Exception as e:
-        return JSONResponse({"status": "not_ready", "reason": f"control plane: {e}"}, status_code=503)
+        return {"control": {"ready": False, "reason": f"control plane: {e}"}}, False
     slots, ready = {}, True
     for slot, info in status.items():
         desired = info["desired"]
@@ -74,23 +85,26 @@ async def readyz(state: IngressState = Depends(ingress_state)):
             ready = False
             reason = "unloaded by an operator" if desired["state"] == UNLOADED else f"no replica has loaded {desired['model']} yet"
             slots[slot] = {"ready": False, "reason": reason}
-    body = {"status": "ready" if ready else "not_ready", "slots": slots}
-    return JSONResponse(body, status_code=200 if ready else 503)
+    return slots, ready
 
 
 @router.get("/v1/models/status")
 async def models_status(state: IngressState = Depends(ingress_state)):
     status = await _control_status(state)
+    slots = {
+        slot: {
+            "default_model": info["desired"]["model"] if info["desired"]["state"] == LOADED else None,
+            "state": info["desired"]["state"],
+            "replicas": [_replica_view(r) for r in info["replicas"]],
+        }
+        for slot, info in status.items()
+    }
     return {
         "status": "success",
-        "slots": {
-            slot: {
-                "default_model": info["desired"]["model"] if info["desired"]["state"] == LOADED else None,
-                "state": info["desired"]["state"],
-                "replicas": [_replica_view(r) for r in info["replicas"]],
-            }
-            for slot, info in status.items()
-        },
+        # OminiX-API's shape: slot -> its default model.
+        "models": {slot: info["default_model"] for slot, info in slots.items()},
+        "slots": slots,
+        "sglang_cuda": await cuda_status(state) or NOT_CONFIGURED_STATUS,
     }
 
 
