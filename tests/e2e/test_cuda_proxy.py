@@ -30,24 +30,6 @@ FAILED = "The CUDA inference backend failed"
 TIMED_OUT = "The CUDA inference backend timed out"
 
 
-def without_cpu_reservations(app):
-    """The same application with replicas that reserve no CPU: the session graph already holds
-    this small cluster's CPUs, and a second graph must still schedule."""
-    from ray.serve import Application
-
-    def strip(value):
-        return without_cpu_reservations(value) if isinstance(value, Application) else value
-
-    deployment = app._bound_deployment
-    return Application(
-        deployment.options(
-            ray_actor_options={"num_cpus": 0},
-            _init_args=tuple(strip(a) for a in deployment.init_args),
-            _init_kwargs={k: strip(v) for k, v in deployment.init_kwargs.items()},
-        )
-    )
-
-
 @pytest.fixture(scope="module")
 def worker():
     w = FakeWorker(token="e2e-secret", served_model=SERVED).start()
@@ -74,7 +56,7 @@ def cuda_url(server, worker, cache_dir):
             "chat_template_kwargs": {"enable_thinking": False},
         },
     }
-    serve.run(without_cpu_reservations(build_app(args)), name=APP_NAME, route_prefix="/cuda")
+    serve.run(build_app(args), name=APP_NAME, route_prefix="/cuda")
     try:
         yield f"{server}/cuda"
     finally:

@@ -59,7 +59,7 @@ def burst_app(server, cache_dir):
     tts = TTSSlot.options(autoscaling_config=SCALING, max_ongoing_requests=2, ray_actor_options=actor).bind(
         {"default_model": TINY_TTS_ID, "max_input_chars": 20000, "ws_idle_timeout_s": 1.5}, cache_dir=str(cache_dir)
     )
-    app = Ingress.options(ray_actor_options=actor).bind({"tts": [TINY_TTS_ID]}, tts=tts)
+    app = Ingress.options(ray_actor_options=actor).bind({"tts": {"models": [TINY_TTS_ID]}}, tts=tts)
     serve.run(app, name="tts-burst", route_prefix="/burst")
     try:
         yield f"{server}/burst"
