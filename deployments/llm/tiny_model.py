@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from deployments.hub import build_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -74,13 +74,8 @@ def tiny_llm_dir(cache_dir: str | os.PathLike) -> Path:
 
 def ensure_tiny_llm(cache_dir: str | os.PathLike) -> Path:
     """Return the tiny model's directory, generating it first if it is not there yet."""
-    target = tiny_llm_dir(cache_dir)
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Generating the built-in tiny LLM %s into %s", TINY_LLM_ID, target)
-    work = Path(tempfile.mkdtemp(prefix=".tiny-llm-", dir=target.parent))
-    try:
+
+    def write(work: Path) -> None:
         _write_tokenizer(work)
         _write_weights(work)
         (work / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2))
@@ -90,15 +85,8 @@ def ensure_tiny_llm(cache_dir: str | os.PathLike) -> Path:
         (work / "README.md").write_text(
             "Built-in tiny Qwen3 model of ominix-serve: random weights, meaningless output.\n"
         )
-        try:
-            work.rename(target)
-        except OSError:
-            # Another replica finished first; its copy is identical.
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+
+    return build_model_dir(tiny_llm_dir(cache_dir), write, f"the built-in tiny LLM {TINY_LLM_ID}")
 
 
 def _training_corpus() -> list[str]:

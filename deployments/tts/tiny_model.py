@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from deployments.hub import build_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +72,8 @@ def tiny_tts_dir(cache_dir: str | os.PathLike) -> Path:
 
 def ensure_tiny_tts(cache_dir: str | os.PathLike) -> Path:
     """Return the tiny model's directory, generating it first if it is not there yet."""
-    target = tiny_tts_dir(cache_dir)
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Generating the built-in tiny TTS model %s into %s", TINY_TTS_ID, target)
-    work = Path(tempfile.mkdtemp(prefix=".tiny-tts-", dir=target.parent))
-    try:
+
+    def write(work: Path) -> None:
         n_bins = _write_tokenizer(work)
         config = model_config(n_bins)
         _write_weights(work, config)
@@ -86,15 +81,8 @@ def ensure_tiny_tts(cache_dir: str | os.PathLike) -> Path:
         (work / "README.md").write_text(
             "Built-in tiny pocket_tts model of ominix-serve: random weights, the audio says nothing.\n"
         )
-        try:
-            work.rename(target)
-        except OSError:
-            # Another replica finished first; its copy is identical.
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+
+    return build_model_dir(tiny_tts_dir(cache_dir), write, f"the built-in tiny TTS model {TINY_TTS_ID}")
 
 
 def _write_tokenizer(out: Path) -> int:
