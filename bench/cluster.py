@@ -66,10 +66,11 @@ class BenchCluster:
         serve.delete(name)
 
     def replica_pids(self, app: str, deployment: str) -> list[int]:
-        from ray.util.state import list_actors
+        # The GCS actor table (the state API needs the dashboard, which the harness leaves off).
+        import ray._private.state as gcs_state
 
-        actors = list_actors(filters=[("class_name", "=", f"ServeReplica:{app}:{deployment}"), ("state", "=", "ALIVE")])
-        return [a.pid for a in actors]
+        wanted = f"ServeReplica:{app}:{deployment}"
+        return [a["Pid"] for a in gcs_state.actors().values() if a["ActorClassName"] == wanted and a["State"] == "ALIVE"]
 
 
 def rss_bytes(pid: int) -> Optional[int]:
