@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import os
 import tempfile
 import time
 import warnings
@@ -54,7 +55,7 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-async def _run(opts) -> int:
+async def _run(opts, argv) -> int:
     from bench import asr, llm, memory, tts
     from bench.cluster import BenchCluster
     from bench.report import write_result
@@ -67,16 +68,20 @@ async def _run(opts) -> int:
         for name in opts.scenarios:
             module = modules[name]
             t0 = time.perf_counter()
+            load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
             try:
                 result = await module.run(cluster, opts.cache_dir, Path(work), opts, progress)
             except Exception as e:
                 progress(f"{name}: FAILED: {type(e).__name__}: {e}")
                 failed.append(name)
                 continue
-            result = {"preset": opts.preset, "duration_s": time.perf_counter() - t0, **result}
+            result = {"preset": opts.preset, "command": " ".join(["python -m bench", *(argv or [])]),
+                      "duration_s": time.perf_counter() - t0, "load_average_before": load_before, **result}
             path = write_result(opts.out, name, result)
             png = module.plot(result, opts.out / f"{name}.png")
-            print(f"\n## {name}\n\n{module.render(result)}\n\n{path}" + (f"\n{png}" if png else "") + "\n", flush=True)
+            rendered = module.render(result)
+            (opts.out / f"{name}.md").write_text(rendered + "\n")  # the README's Performance tables
+            print(f"\n## {name}\n\n{rendered}\n\n{path}" + (f"\n{png}" if png else "") + "\n", flush=True)
             if result.get("failed"):
                 failed.append(name)
     progress(f"done in {time.perf_counter() - started:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
@@ -87,7 +92,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     # The fast autoscaling metrics are set through env vars, which this check does not know about.
     warnings.filterwarnings("ignore", message="`look_back_period_s`", category=FutureWarning)
-    return asyncio.run(_run(parse_args(argv)))
+    argv = sys.argv[1:] if argv is None else argv
+    return asyncio.run(_run(parse_args(argv), argv))
 
 
 if __name__ == "__main__":

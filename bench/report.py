@@ -47,7 +47,7 @@ def machine() -> dict:
         "memory_bytes": _memory_bytes(),
         "python": sys.version.split()[0],
         "versions": {d: _version(d) for d in ("mlx", "mlx-lm", "mlx-audio", "ray", "ominix-serve")},
-        "load_average_at_start": list(load) if load else None,
+        "load_average_at_end": list(load) if load else None,
         # The development machine runs other engineers' test suites at the same time.
         "shared": os.environ.get("BENCH_MACHINE_SHARED", "1") not in ("0", "false", "no"),
     }
