@@ -16,11 +16,12 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("llm", "asr", "tts", "memory")
-PRESETS = {  # concurrency, repeats, tokens per LLM request, ASR rounds
-    "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 16, "asr_rounds": 3},
-    "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 8, "asr_rounds": 1},
-    "smoke": {"concurrency": [1, 2], "repeats": 1, "tokens": 6, "asr_rounds": 1},
+SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
+EXTRA_SCENARIOS = ("cuda_proxy",)  # on request: what the remote-CUDA route adds (no model)
+PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
+    "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 16, "asr_rounds": 3, "asr_utterances": 2},
+    "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 8, "asr_rounds": 1, "asr_utterances": 1},
+    "smoke": {"concurrency": [1, 2], "repeats": 1, "tokens": 6, "asr_rounds": 1, "asr_utterances": 1},
 }
 
 
@@ -29,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="fewer levels and repeats (a few minutes)")
     size.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; the test suite's)")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS))
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS + EXTRA_SCENARIOS))
     p.add_argument("--llm-systems", default="graph,mlx_lm_server,in_process,graph_no_batching")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--repeats", type=int, default=None)
@@ -42,9 +43,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     for key in ("concurrency", "repeats", "tokens"):
         if getattr(opts, key) is None:
             setattr(opts, key, preset[key])
-    opts.asr_rounds = preset["asr_rounds"]
+    opts.asr_rounds, opts.asr_utterances = preset["asr_rounds"], preset["asr_utterances"]
     opts.scenarios = [s.strip() for s in opts.scenarios.split(",") if s.strip()]
-    unknown = set(opts.scenarios) - set(SCENARIOS)
+    unknown = set(opts.scenarios) - set(SCENARIOS) - set(EXTRA_SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     opts.llm_systems = [s.strip() for s in opts.llm_systems.split(",") if s.strip()]
@@ -56,11 +57,11 @@ def progress(message: str) -> None:
 
 
 async def _run(opts, argv) -> int:
-    from bench import asr, llm, memory, tts
+    from bench import asr, cuda_proxy, llm, memory, tts
     from bench.cluster import BenchCluster
     from bench.report import write_result
 
-    modules = {"llm": llm, "asr": asr, "tts": tts, "memory": memory}
+    modules = {"llm": llm, "asr": asr, "tts": tts, "memory": memory, "cuda_proxy": cuda_proxy}
     failed = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ominix-bench-") as work, BenchCluster(opts.cache_dir) as cluster:

@@ -22,7 +22,7 @@ from bench.report import pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 MODES = ("off", "interactive", "conversational", "offline")
-UTTERANCES = (  # the full run sends the first two (run time), the smoke run the first
+UTTERANCES = (  # each client sends the first `asr_utterances` (presets: 2 full, 1 quick)
     "Please send the quarterly report to the finance team before Friday.",
     "Turn left at the next traffic light and the station is on your right.",
     "The quick brown fox jumps over the lazy dog.",
@@ -74,7 +74,7 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
     model = ASRSlotConfig().default_model
     modes = ("off", "offline") if opts.smoke else MODES
     clients = 2 if opts.smoke else 16
-    audio = utterance_wavs(UTTERANCES[: 1 if opts.smoke else 2])
+    audio = utterance_wavs(UTTERANCES[: opts.asr_utterances])
     urls = {}
     try:
         for mode in modes:
