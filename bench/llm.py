@@ -71,11 +71,30 @@ def _has_text(chunk: dict) -> bool:
     return False
 
 
+CONNECT_RETRIES = 3
+
+
 async def stream_chat(http: httpx.AsyncClient, url: str, body: dict) -> Timing:
-    start, first, tokens = time.perf_counter(), None, None
-    async with http.stream("POST", url, json=body) as r:
+    """One streamed chat request. A connection dropped before any response (a listen backlog
+    overflowing under a burst of new connections) is retried; the wait counts in its TTFT."""
+    start = time.perf_counter()
+    for attempt in range(CONNECT_RETRIES + 1):
+        try:
+            return await _stream_once(http, url, body, start)
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError) as e:
+            if getattr(e, "response_started", False) or attempt == CONNECT_RETRIES:
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: float) -> Timing:
+    stream = http.stream("POST", url, json=body)
+    r = await stream.__aenter__()  # a transport error here: nothing was received, retry is fair
+    try:
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+        first, tokens = None, None
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -87,6 +106,11 @@ async def stream_chat(http: httpx.AsyncClient, url: str, body: dict) -> Timing:
                 first = time.perf_counter()
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
+    except httpx.TransportError as e:
+        e.response_started = True  # part of the answer arrived: never retry (unequal work)
+        raise
+    finally:
+        await stream.__aexit__(None, None, None)
     if tokens is None:
         raise RuntimeError(f"{url}: the stream carried no usage")
     return Timing(start, first, time.perf_counter(), tokens)
@@ -183,8 +207,11 @@ async def run_wave(call: Callable[[dict], Awaitable[Timing]], c: int, round_id: 
 
 
 async def measure(calls: dict, concurrency: list[int], repeats: int, tokens: int, progress) -> dict:
-    for name, call in calls.items():  # warm-up: load, first allocations, connection pools
-        await run_wave(call, 2, 0, tokens)
+    for name, call in calls.items():
+        await run_wave(call, 2, 0, tokens)  # warm-up: load, first allocations
+        # Open as many connections as the largest wave will use (one token each), so no
+        # measured wave pays for connection set-up (mlx_lm.server's listen backlog is 5).
+        await run_wave(call, max(concurrency), 0, 1)
         progress(f"llm: warmed up {name}")
     results: dict = {name: {} for name in calls}
     round_id = 1
