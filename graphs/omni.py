@@ -10,7 +10,9 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
+from deployments import __version__
 from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
+from deployments.control.capabilities import categories, registry
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
@@ -18,6 +20,7 @@ from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
 from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
 from graphs.config import GraphArgs
+from graphs.manifest import check_manifest
 
 logger = logging.getLogger("ray.serve")
 
@@ -31,6 +34,7 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     """`options` (deployment name -> Serve options) is for programmatic use (tests, benchmarks);
     serve_config.yaml sets the same through its `deployments:` block."""
     options = options or {}
+    check_app_manifest(config)
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
@@ -52,15 +56,27 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         )
     asr = None
     if config.asr.enabled:
-        asr = ASRSlot.options(**options.get("ASR", {})).bind(config.asr.model_dump(), cache_dir=config.cache_dir)
+        asr = ASRSlot.options(**options.get("ASR", {})).bind(
+            config.asr.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     tts = None
     if config.tts.enabled:
-        tts = TTSSlot.options(**options.get("TTS", {})).bind(config.tts.model_dump(), cache_dir=config.cache_dir)
+        tts = TTSSlot.options(**options.get("TTS", {})).bind(
+            config.tts.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
     return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, **cuda)
+
+
+def check_app_manifest(config: GraphArgs) -> None:
+    """Stop start-up (ManifestError listing every problem) when the app manifest is not met."""
+    manifest = check_manifest(config.manifest, __version__, categories(registry(config.slots())))
+    if manifest is not None:
+        logger.info("App manifest %s: '%s' %s, all %d requirements met",
+                    manifest.path, manifest.name, manifest.version, len(manifest.requires))
 
 
 def _serve_http_host() -> Optional[str]:
