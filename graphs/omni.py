@@ -38,7 +38,6 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
-        _check_tts_model(config)
     bind_host = _serve_http_host()
     settings = config.ingress_settings(bind_host)
     logger.info(
@@ -92,26 +91,14 @@ def _serve_http_host() -> Optional[str]:
         return None
 
 
+BUILTIN_MODELS = {"llm": BUILTIN_LLMS, "asr": BUILTIN_ASR_MODELS, "tts": BUILTIN_TTS}
+
+
 def _check_models(config: GraphArgs) -> None:
-    if config.asr.enabled:
+    """Fail start-up, naming the slot, when a default model is neither built in, local nor reachable."""
+    for slot, slot_config in config.slots().items():
         try:
-            check_model_available(config.asr.default_model, builtins=BUILTIN_ASR_MODELS)
+            check_model_available(slot_config.default_model, builtins=BUILTIN_MODELS[slot])
         except ModelUnavailable as e:
-            raise ModelUnavailable(f"ASR slot cannot start: {e}") from None
-    if not config.llm.enabled:
-        return
-    try:
-        check_model_available(config.llm.default_model, builtins=BUILTIN_LLMS)
-    except ModelUnavailable as e:
-        logger.error("LLM slot: %s", e)
-        raise ModelUnavailable(f"LLM slot cannot start: {e}") from None
-
-
-def _check_tts_model(config: GraphArgs) -> None:
-    if not config.tts.enabled:
-        return
-    try:
-        check_model_available(config.tts.default_model, builtins=BUILTIN_TTS)
-    except ModelUnavailable as e:
-        logger.error("TTS slot: %s", e)
-        raise ModelUnavailable(f"TTS slot cannot start: {e}") from None
+            logger.error("%s slot: %s", slot.upper(), e)
+            raise ModelUnavailable(f"{slot.upper()} slot cannot start: {e}") from None
