@@ -51,7 +51,10 @@ async def measure_slot(cluster: BenchCluster, slot: str, args: dict, default_mod
 
             async def record(stage: str) -> None:
                 await asyncio.sleep(SETTLE_S)
-                stages[stage] = {"rss_bytes": rss_bytes(pid), **(await _replica_memory(http, slot) or {})}
+                reported = await _replica_memory(http, slot) or {}
+                # /proc of the replica read from outside, next to what the replica reports itself.
+                reported["reported_rss_bytes"] = reported.pop("rss_bytes", None)
+                stages[stage] = {"rss_bytes": rss_bytes(pid), **reported}
                 progress(f"memory: {slot} {stage}: RSS {stages[stage]['rss_bytes'] / 2**20:.0f} MiB")
 
             await record("loaded_at_start")
