@@ -37,6 +37,6 @@ def rounded(value, digits: int = 3):
         return round(value, digits)
     if isinstance(value, dict):
         return {k: rounded(v, digits) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [rounded(v, digits) for v in value]
     return value
