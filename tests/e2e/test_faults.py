@@ -12,14 +12,26 @@ import pytest
 MODEL = "ominix-tiny-qwen3"
 
 
-def _llm_replica_names() -> set[str]:
+def _replica_names(deployment: str) -> set[str]:
     import ray
 
     return {
         a["name"]
         for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith("SERVE_REPLICA::ominix#LLM#")
+        if a["name"].startswith(f"SERVE_REPLICA::ominix#{deployment}#")
     }
+
+
+def _llm_replica_names() -> set[str]:
+    return _replica_names("LLM")
+
+
+def _kill(names: set[str]) -> float:
+    import ray
+
+    for name in names:
+        ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    return time.time()
 
 
 def _wait_for_llm(client, timeout_s=120):
@@ -34,8 +46,6 @@ def _wait_for_llm(client, timeout_s=120):
 
 
 def test_replica_killed_mid_stream_ends_the_stream_with_an_error_and_recovers(server, client):
-    import ray
-
     replicas = _llm_replica_names()
     assert replicas, "no running LLM replica"
     body = {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": 3500, "stream": True}
@@ -47,9 +57,7 @@ def test_replica_killed_mid_stream_ends_the_stream_with_an_error_and_recovers(se
                 if line.startswith("data: "):
                     events.append(line[6:])
                 if len(events) == 3:
-                    for name in replicas:
-                        ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
-                    killed_at = time.time()
+                    killed_at = _kill(replicas)
                     break
             for line in lines:  # must end promptly, not hang until the read timeout
                 if line.startswith("data: "):
@@ -62,10 +70,136 @@ def test_replica_killed_mid_stream_ends_the_stream_with_an_error_and_recovers(se
     assert _llm_replica_names().isdisjoint(replicas)  # Serve replaced the killed replica
 
 
+# Long enough that the synthesis is still running when the replica is killed (~55 sentences).
+LONG_TEXT = " ".join(["The quick brown fox jumps over the lazy dog, then it runs far away."] * 55)
+KILL_BOUND_S = 20  # "promptly": far below any timeout that would otherwise end the stream
+
+
+def _speech_works(http: httpx.Client) -> bytes:
+    r = http.post("/v1/audio/speech", json={"input": "Back again.", "voice": "alba", "response_format": "wav"})
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+async def _ws_synthesis(ws_url: str, text: str) -> list[dict]:
+    import websockets
+
+    async with websockets.connect(ws_url) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"event": "task_continue", "text": text}))
+        frames = [json.loads(await ws.recv())]
+        while frames[-1]["event"] == "task_progress" and not frames[-1]["is_final"]:
+            frames.append(json.loads(await ws.recv()))
+        return frames
+
+
+def _wait_for_tts(http: httpx.Client, timeout_s=120) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if http.post("/v1/audio/speech", json={"input": "x y z.", "response_format": "pcm"}).status_code == 200:
+            return
+        time.sleep(1)
+    raise AssertionError("the TTS slot did not come back")
+
+
+async def test_tts_replica_killed_mid_websocket_stream_gets_an_error_event_and_recovers(server, client, http):
+    import websockets
+
+    tts, llm = _replica_names("TTS"), _llm_replica_names()
+    assert tts, "no running TTS replica"
+    ws_url = server.replace("http://", "ws://") + "/ws/v1/tts"
+    async with websockets.connect(ws_url) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"event": "task_continue", "text": LONG_TEXT}))
+        for _ in range(3):
+            progress = json.loads(await ws.recv())
+            assert progress["event"] == "task_progress" and not progress["is_final"]
+        killed_at = _kill(tts)
+        # Bounded: audio still in flight may arrive first, then the error, never a hang.
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.recv(), KILL_BOUND_S))
+            if message["event"] != "task_progress":
+                break
+            assert not message["is_final"], "the stream claimed to finish a synthesis whose replica died"
+        assert time.time() - killed_at < KILL_BOUND_S
+        assert message == {"event": "error", "message": "TTS error: A model replica died while serving the request; retry it"}
+        # The session outlives the replica: the next text is served by its replacement.
+        await asyncio.to_thread(_wait_for_tts, http)  # off the loop: the socket keeps answering pings
+        await ws.send(json.dumps({"event": "task_continue", "text": "Still here."}))
+        frames = [json.loads(await asyncio.wait_for(ws.recv(), 60))]
+        while frames[-1]["event"] == "task_progress" and not frames[-1]["is_final"]:
+            frames.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+        assert frames[-1]["is_final"] and len(frames) > 1
+    assert _replica_names("TTS").isdisjoint(tts)  # Serve replaced the killed replica
+    fresh = await _ws_synthesis(ws_url, "A new session after the kill.")
+    assert fresh[-1]["event"] == "task_progress" and fresh[-1]["is_final"] and len(fresh) > 1
+    assert _speech_works(http)[:4] == b"RIFF"
+    assert _llm_replica_names() == llm  # the LLM slot was not disturbed
+    assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2).choices
+
+
+def test_tts_replica_killed_mid_sse_speech_stream_ends_with_an_error_event(server, client, http):
+    tts, llm = _replica_names("TTS"), _llm_replica_names()
+    events = []
+    body = {"input": LONG_TEXT, "voice": "alba", "stream": True}
+    with httpx.Client(base_url=server, timeout=httpx.Timeout(30.0)) as c:
+        with c.stream("POST", "/v1/audio/speech", json=body) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            for line in lines:
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                if len(events) == 3:
+                    killed_at = _kill(tts)
+                    break
+            for line in lines:  # must end promptly, not hang until the read timeout
+                if line.startswith("data: "):
+                    events.append(line[6:])
+    assert time.time() - killed_at < KILL_BOUND_S
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] is None or error["code"]  # OpenAI shape
+    assert error["message"] == "A model replica died while serving the request; retry it" and error["type"]
+    assert all("delta" in json.loads(e) for e in events[:-2])
+    _wait_for_tts(http)
+    assert _replica_names("TTS").isdisjoint(tts)
+    assert _speech_works(http)[:4] == b"RIFF"
+    assert _llm_replica_names() == llm
+
+
+LOAD_TEXT = "Load test, one sentence."
+TINY_ASR = "ominix-tiny-whisper"
+
+
+def _tone_wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    import numpy as np
+
+    from deployments.audio.encode import encode_wav
+
+    t = np.arange(int(seconds * rate)) / rate
+    return encode_wav((0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate)
+
+
 @pytest.mark.slow
-async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server):
+async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, http):
+    """Chat, completions, models, transcriptions, speech over HTTP and WebSocket, all at once.
+
+    Greedy decoding makes audio work deterministic, so every transcript and every piece of
+    audio must equal the one answer computed alone before the load: nothing garbled, cut or mixed.
+    """
+    import io
+
+    import soundfile as sf
+    import websockets
+
+    wav = _tone_wav()
+    expected_text = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": TINY_ASR}).json()["text"]
+    expected_wav = _speech_wav(http)
+    expected_pcm = expected_wav[44:]
+    ws_url = server.replace("http://", "ws://") + "/ws/v1/tts"
     deadline = time.time() + 60
     outcomes = {"ok": 0, "429": 0}
+    by_kind: dict[str, int] = {}
     problems = []
 
     async def check(r: httpx.Response, kind: str):
@@ -88,12 +222,46 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server):
             assert 1 <= r.json()["usage"]["completion_tokens"] <= 8
         elif kind == "completion":
             assert r.json()["choices"][0]["text"] is not None
+        elif kind == "transcription":
+            assert r.json() == {"text": expected_text}
+        elif kind == "speech":
+            samples, rate = sf.read(io.BytesIO(r.content))
+            assert rate == 24000 and samples.size > 0
+            assert r.content == expected_wav
         else:
             assert r.json()["object"] == "list"
+        ok(kind)
+
+    def ok(kind: str):
         outcomes["ok"] += 1
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+
+    async def speech_over_websocket():
+        try:
+            async with websockets.connect(ws_url) as ws:
+                assert json.loads(await ws.recv()) == {"event": "connected_success"}
+                await ws.send(json.dumps({"event": "task_start", "voice_setting": {"voice_id": "alba"}}))
+                assert json.loads(await ws.recv())["event"] == "task_started"
+                await ws.send(json.dumps({"event": "task_continue", "text": LOAD_TEXT}))
+                pcm = b""
+                while True:
+                    message = json.loads(await ws.recv())
+                    assert message["event"] == "task_progress", message
+                    if message["is_final"]:
+                        break
+                    pcm += bytes.fromhex(message["data"]["audio"])
+                assert pcm == expected_pcm
+                await ws.send(json.dumps({"event": "task_finish"}))
+            ok("speech_ws")
+        except websockets.InvalidStatus as e:  # the cap answers the upgrade request with 429
+            if e.response.status_code != 429:
+                problems.append(("speech_ws", e.response.status_code, e.response.body[:200]))
+                return
+            outcomes["429"] += 1
+            await asyncio.sleep(0.5)
 
     async def worker(i: int, c: httpx.AsyncClient):
-        kinds = ["stream", "chat", "completion", "models"]
+        kinds = ["stream", "chat", "transcription", "completion", "speech", "models", "speech_ws"]
         n = 0
         while time.time() < deadline:
             kind = kinds[(i + n) % len(kinds)]
@@ -105,12 +273,27 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server):
                 r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
             elif kind == "completion":
                 r = await c.post("/v1/completions", json={"model": MODEL, "prompt": f"p{i}", "max_tokens": 8})
+            elif kind == "transcription":
+                r = await c.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": TINY_ASR})
+            elif kind == "speech":
+                r = await c.post("/v1/audio/speech", json={"input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
+            elif kind == "speech_ws":
+                await speech_over_websocket()
+                continue
             else:
                 r = await c.get("/v1/models")
             await check(r, kind)
 
     limits = httpx.Limits(max_connections=80, max_keepalive_connections=80)
-    async with httpx.AsyncClient(base_url=server, timeout=60, limits=limits) as c:
+    async with httpx.AsyncClient(base_url=server, timeout=120, limits=limits) as c:
         await asyncio.gather(*[worker(i, c) for i in range(64)])
+    print(f"64 clients, 60 s: {outcomes}, completed by kind {by_kind}")
     assert problems == []
     assert outcomes["ok"] > 50
+    assert {"transcription", "speech", "speech_ws", "chat"} <= set(by_kind)
+
+
+def _speech_wav(http: httpx.Client) -> bytes:
+    r = http.post("/v1/audio/speech", json={"input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
+    assert r.status_code == 200, r.text
+    return r.content
