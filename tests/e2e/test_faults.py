@@ -158,8 +158,8 @@ def test_tts_replica_killed_mid_sse_speech_stream_ends_with_an_error_event(serve
     assert time.time() - killed_at < KILL_BOUND_S
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
-    assert error["code"] is None or error["code"]  # OpenAI shape
-    assert error["message"] == "A model replica died while serving the request; retry it" and error["type"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "service_unavailable"
+    assert error["message"] == "A model replica died while serving the request; retry it"
     assert all("delta" in json.loads(e) for e in events[:-2])
     _wait_for_tts(http)
     assert _replica_names("TTS").isdisjoint(tts)
@@ -197,7 +197,9 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
     expected_wav = _speech_wav(http)
     expected_pcm = expected_wav[44:]
     ws_url = server.replace("http://", "ws://") + "/ws/v1/tts"
-    deadline = time.time() + 60
+    # New requests start for 45 s; those admitted by then finish after it (queued speech takes a while).
+    started = time.time()
+    deadline = started + 45
     outcomes = {"ok": 0, "429": 0}
     by_kind: dict[str, int] = {}
     problems = []
@@ -287,7 +289,7 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
     limits = httpx.Limits(max_connections=80, max_keepalive_connections=80)
     async with httpx.AsyncClient(base_url=server, timeout=120, limits=limits) as c:
         await asyncio.gather(*[worker(i, c) for i in range(64)])
-    print(f"64 clients, 60 s: {outcomes}, completed by kind {by_kind}")
+    print(f"64 clients, {time.time() - started:.0f} s: {outcomes}, completed by kind {by_kind}")
     assert problems == []
     assert outcomes["ok"] > 50
     assert {"transcription", "speech", "speech_ws", "chat"} <= set(by_kind)
