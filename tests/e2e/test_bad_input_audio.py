@@ -12,7 +12,6 @@ import base64
 import io
 import json
 
-import httpx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -292,7 +291,7 @@ def test_bad_audio_request_gets_its_4xx(http, replicas_before, path, method, req
     assert_openai_error(r, status, param)
 
 
-@pytest.mark.parametrize("frame, expected", WS_CASES, ids=[f"ws-{i}" for i in range(len(WS_CASES))])
+@pytest.mark.parametrize("frame, expected", WS_CASES, ids=[f"ws-{i}-{expected.split(':')[0][:24]}" for i, (_, expected) in enumerate(WS_CASES)])
 async def test_bad_websocket_frame_gets_an_error_event_and_the_session_goes_on(ws_url, replicas_before, frame, expected):
     async with websockets.connect(ws_url, max_size=None) as ws:
         assert json.loads(await ws.recv()) == {"event": "connected_success"}

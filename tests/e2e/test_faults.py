@@ -202,6 +202,7 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
     deadline = started + 45
     outcomes = {"ok": 0, "429": 0}
     by_kind: dict[str, int] = {}
+    slowest: dict[str, float] = {}  # seconds, by kind: printed to see what the run waits on
     problems = []
 
     async def check(r: httpx.Response, kind: str):
@@ -268,28 +269,35 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
         while time.time() < deadline:
             kind = kinds[(i + n) % len(kinds)]
             n += 1
-            if kind == "stream":
-                body = {"model": MODEL, "messages": [{"role": "user", "content": f"c{i}"}], "max_tokens": 8, "stream": True}
-                r = await c.post("/v1/chat/completions", json=body)
-            elif kind == "chat":
-                r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
-            elif kind == "completion":
-                r = await c.post("/v1/completions", json={"model": MODEL, "prompt": f"p{i}", "max_tokens": 8})
-            elif kind == "transcription":
-                r = await c.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": TINY_ASR})
-            elif kind == "speech":
-                r = await c.post("/v1/audio/speech", json={"input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
-            elif kind == "speech_ws":
-                await speech_over_websocket()
-                continue
-            else:
-                r = await c.get("/v1/models")
-            await check(r, kind)
+            t0 = time.time()
+            try:
+                await one(kind, i, c)
+            finally:
+                slowest[kind] = max(slowest.get(kind, 0), time.time() - t0)
+
+    async def one(kind: str, i: int, c: httpx.AsyncClient):
+        if kind == "stream":
+            body = {"model": MODEL, "messages": [{"role": "user", "content": f"c{i}"}], "max_tokens": 8, "stream": True}
+            r = await c.post("/v1/chat/completions", json=body)
+        elif kind == "chat":
+            r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+        elif kind == "completion":
+            r = await c.post("/v1/completions", json={"model": MODEL, "prompt": f"p{i}", "max_tokens": 8})
+        elif kind == "transcription":
+            r = await c.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": TINY_ASR})
+        elif kind == "speech":
+            r = await c.post("/v1/audio/speech", json={"input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
+        elif kind == "speech_ws":
+            return await speech_over_websocket()
+        else:
+            r = await c.get("/v1/models")
+        await check(r, kind)
 
     limits = httpx.Limits(max_connections=80, max_keepalive_connections=80)
     async with httpx.AsyncClient(base_url=server, timeout=120, limits=limits) as c:
         await asyncio.gather(*[worker(i, c) for i in range(64)])
-    print(f"64 clients, {time.time() - started:.0f} s: {outcomes}, completed by kind {by_kind}")
+    print(f"64 clients, {time.time() - started:.0f} s: {outcomes}, completed by kind {by_kind}, "
+          f"slowest by kind {({k: round(v, 1) for k, v in slowest.items()})}")
     assert problems == []
     assert outcomes["ok"] > 50
     assert {"transcription", "speech", "speech_ws", "chat"} <= set(by_kind)
