@@ -193,7 +193,7 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
 
     wav = _spoken_wav("Hello world, this is a load test.")
     expected_text = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": ASR_MODEL}).json()["text"]
-    assert "load" in expected_text.lower()
+    assert "test" in expected_text.lower()  # real speech, really heard (espeak says "load" oddly)
     expected_wav = _speech_wav(http)
     expected_pcm = expected_wav[44:]
     ws_url = server.replace("http://", "ws://") + "/ws/v1/tts"
