@@ -168,15 +168,19 @@ def test_tts_replica_killed_mid_sse_speech_stream_ends_with_an_error_event(serve
 
 
 LOAD_TEXT = "Load test, one sentence."
-# The real Whisper tiny.en on real speech: it stops at the end of the sentence, where the
-# random-weight tiny model decodes to its token limit (tens of seconds per batch on CPU).
-ASR_MODEL = "whisper-tiny.en"
+# The random-weight tiny Whisper: deterministic (greedy, clear argmax winners), so every
+# answer under load must equal the one computed alone; much cheaper per request on a loaded
+# CPU than the real tiny.en (measured here: ~45 answers in a run vs 2).
+ASR_MODEL = "ominix-tiny-whisper"
 
 
-def _spoken_wav(text: str) -> bytes:
-    from tests.speech import encode, speak
+def _tone_wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    import numpy as np
 
-    return encode(speak(text), 16000, "wav")
+    from deployments.audio.encode import encode_wav
+
+    t = np.arange(int(seconds * rate)) / rate
+    return encode_wav((0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate)
 
 
 @pytest.mark.slow
@@ -191,9 +195,9 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
     import soundfile as sf
     import websockets
 
-    wav = _spoken_wav("Hello world, this is a load test.")
+    wav = _tone_wav()
     expected_text = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": ASR_MODEL}).json()["text"]
-    assert "test" in expected_text.lower()  # real speech, really heard (espeak says "load" oddly)
+    assert expected_text
     expected_wav = _speech_wav(http)
     expected_pcm = expected_wav[44:]
     ws_url = server.replace("http://", "ws://") + "/ws/v1/tts"
@@ -267,7 +271,8 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
         # A fixed few clients per audio kind (audio requests cost far more CPU than 8 tokens;
         # a whole batch of transcriptions queued at the deadline would make the tail minutes
         # long on 2 cores), the rest rotate over the text routes.
-        audio = {0: "transcription", 1: "speech", 2: "speech_ws", 3: "transcription", 4: "speech", 5: "speech_ws"}
+        audio = {0: "transcription", 1: "speech", 2: "speech_ws", 3: "transcription", 4: "speech", 5: "speech_ws",
+                 6: "transcription", 7: "transcription"}
         kinds = [audio[i]] if i in audio else ["stream", "chat", "completion", "models", "speech", "speech_ws"]
         n = 0
         while time.time() < deadline:
