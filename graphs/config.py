@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
 from deployments.ingress.config import IngressSettings, hash_key
 from deployments.asr.config import ASRSlotConfig, parse_mode
+from deployments.control.policy import SlotModelsConfig
 from deployments.llm.config import LLMSlotConfig
 from deployments.tts.config import TTSSlotConfig
 
@@ -56,6 +57,9 @@ class GraphArgs(BaseModel):
     )
     asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
     tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
+    manifest: Optional[str] = Field(
+        None, description="App manifest (ominix.toml) checked at start-up (env OMINIX_APP_MANIFEST)"
+    )
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -82,6 +86,7 @@ class GraphArgs(BaseModel):
         if environ.get("OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS", "").strip().lower() in ("1", "true", "yes"):
             sec.allow_unauthenticated_network_access = True
         config.cuda = config.cuda.with_env(environ)
+        config.manifest = environ.get("OMINIX_APP_MANIFEST", "").strip() or config.manifest
         return config
 
     def cuda_route(self) -> Optional[CudaRoute]:
@@ -115,21 +120,19 @@ class GraphArgs(BaseModel):
 
     def catalog(self) -> dict[str, dict]:
         """slot -> its allowed model ids (default first) and models directory, for the ingress."""
-        slots = {}
-        if self.llm.enabled:
-            slots["llm"] = {"models": self.llm.allowed_models(), "models_dir": self.llm.models_dir}
-        if self.asr.enabled:
-            slots["asr"] = {"models": self.asr.allowed_models(), "models_dir": None}
-        if self.tts.enabled:
-            slots["tts"] = {"models": self.tts.allowed_models(), "models_dir": None}
-        return slots
+        return {
+            slot: {"models": config.allowed_models(), "models_dir": config.models_dir}
+            for slot, config in self.slots().items()
+        }
 
     def defaults(self) -> dict[str, str]:
-        """slot -> the configured default model, for the slots under the control plane.
+        """slot -> its configured default model: where the control plane starts each slot."""
+        return {slot: config.default_model for slot, config in self.slots().items()}
 
-        Only the LLM slot follows the control plane so far; ASR (and TTS) serve their
-        configured default and are not managed through /v1/models/load|unload yet."""
-        return {"llm": self.llm.default_model} if self.llm.enabled else {}
+    def slots(self) -> dict[str, SlotModelsConfig]:
+        """The enabled model slots by name (llm, asr, tts)."""
+        candidates = {"llm": self.llm, "asr": self.asr, "tts": self.tts}
+        return {slot: config for slot, config in candidates.items() if config.enabled}
 
 
 def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:

@@ -10,7 +10,9 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
+from deployments import __version__
 from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
+from deployments.control.capabilities import categories, registry
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
@@ -18,6 +20,7 @@ from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
 from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
 from graphs.config import GraphArgs
+from graphs.manifest import check_manifest
 
 logger = logging.getLogger("ray.serve")
 
@@ -31,10 +34,10 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     """`options` (deployment name -> Serve options) is for programmatic use (tests, benchmarks);
     serve_config.yaml sets the same through its `deployments:` block."""
     options = options or {}
+    check_app_manifest(config)
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
-        _check_tts_model(config)
     bind_host = _serve_http_host()
     settings = config.ingress_settings(bind_host)
     logger.info(
@@ -52,15 +55,27 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         )
     asr = None
     if config.asr.enabled:
-        asr = ASRSlot.options(**options.get("ASR", {})).bind(config.asr.model_dump(), cache_dir=config.cache_dir)
+        asr = ASRSlot.options(**options.get("ASR", {})).bind(
+            config.asr.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     tts = None
     if config.tts.enabled:
-        tts = TTSSlot.options(**options.get("TTS", {})).bind(config.tts.model_dump(), cache_dir=config.cache_dir)
+        tts = TTSSlot.options(**options.get("TTS", {})).bind(
+            config.tts.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
     return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, **cuda)
+
+
+def check_app_manifest(config: GraphArgs) -> None:
+    """Stop start-up (ManifestError listing every problem) when the app manifest is not met."""
+    manifest = check_manifest(config.manifest, __version__, categories(registry(config.slots())))
+    if manifest is not None:
+        logger.info("App manifest %s: '%s' %s, all %d requirements met",
+                    manifest.path, manifest.name, manifest.version, len(manifest.requires))
 
 
 def _serve_http_host() -> Optional[str]:
@@ -76,26 +91,14 @@ def _serve_http_host() -> Optional[str]:
         return None
 
 
+BUILTIN_MODELS = {"llm": BUILTIN_LLMS, "asr": BUILTIN_ASR_MODELS, "tts": BUILTIN_TTS}
+
+
 def _check_models(config: GraphArgs) -> None:
-    if config.asr.enabled:
+    """Fail start-up, naming the slot, when a default model is neither built in, local nor reachable."""
+    for slot, slot_config in config.slots().items():
         try:
-            check_model_available(config.asr.default_model, builtins=BUILTIN_ASR_MODELS)
+            check_model_available(slot_config.default_model, builtins=BUILTIN_MODELS[slot])
         except ModelUnavailable as e:
-            raise ModelUnavailable(f"ASR slot cannot start: {e}") from None
-    if not config.llm.enabled:
-        return
-    try:
-        check_model_available(config.llm.default_model, builtins=BUILTIN_LLMS)
-    except ModelUnavailable as e:
-        logger.error("LLM slot: %s", e)
-        raise ModelUnavailable(f"LLM slot cannot start: {e}") from None
-
-
-def _check_tts_model(config: GraphArgs) -> None:
-    if not config.tts.enabled:
-        return
-    try:
-        check_model_available(config.tts.default_model, builtins=BUILTIN_TTS)
-    except ModelUnavailable as e:
-        logger.error("TTS slot: %s", e)
-        raise ModelUnavailable(f"TTS slot cannot start: {e}") from None
+            logger.error("%s slot: %s", slot.upper(), e)
+            raise ModelUnavailable(f"{slot.upper()} slot cannot start: {e}") from None
