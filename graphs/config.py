@@ -8,6 +8,7 @@ without relearning: LLM_MODEL sets the LLM slot's default model. The HTTP port i
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
 from deployments.ingress.config import IngressSettings, hash_key
 from deployments.asr.config import ASRSlotConfig, parse_mode
+from deployments.hub import default_cache_dir
+from deployments.image.config import ImageSlotConfig
 from deployments.llm.config import LLMSlotConfig
 from deployments.tts.config import TTSSlotConfig
 
@@ -56,6 +59,7 @@ class GraphArgs(BaseModel):
     )
     asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
     tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
+    image: ImageSlotConfig = Field(default_factory=ImageSlotConfig)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -69,6 +73,9 @@ class GraphArgs(BaseModel):
             config.llm.default_model = llm_model
         _asr_env(config.asr, environ)
         _apply_tts_env(config.tts, environ)
+        image_model = environ.get("IMAGE_MODEL", "").strip()
+        if image_model:  # OminiX-API's IMAGE_MODEL=flux|zimage, or a repo id / directory
+            config.image.default_model = config.image.resolve_alias(image_model)
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
@@ -122,14 +129,24 @@ class GraphArgs(BaseModel):
             slots["asr"] = {"models": self.asr.allowed_models(), "models_dir": None}
         if self.tts.enabled:
             slots["tts"] = {"models": self.tts.allowed_models(), "models_dir": None}
+        if self.image.enabled:
+            slots["image"] = {
+                "models": self.image.allowed_models(),
+                "models_dir": str(self.image.models_root(self.resolved_cache_dir())),
+                "aliases": {k.lower(): v for k, v in self.image.aliases.items()},
+            }
         return slots
+
+    def resolved_cache_dir(self):
+        return Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()
 
     def defaults(self) -> dict[str, str]:
         """slot -> the configured default model, for the slots under the control plane.
 
-        Only the LLM slot follows the control plane so far; ASR (and TTS) serve their
+        The LLM and image slots follow the control plane; ASR (and TTS) serve their
         configured default and are not managed through /v1/models/load|unload yet."""
-        return {"llm": self.llm.default_model} if self.llm.enabled else {}
+        slots = {"llm": self.llm, "image": self.image}
+        return {slot: config.default_model for slot, config in slots.items() if config.enabled}
 
 
 def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:

@@ -14,6 +14,7 @@ from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
+from deployments.image.deployment import BUILTIN_IMAGE_MODELS, ImageSlot
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
 from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
@@ -35,6 +36,7 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     if config.check_models:
         _check_models(config)
         _check_tts_model(config)
+        _check_image_model(config)
     bind_host = _serve_http_host()
     settings = config.ingress_settings(bind_host)
     logger.info(
@@ -56,11 +58,18 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     tts = None
     if config.tts.enabled:
         tts = TTSSlot.options(**options.get("TTS", {})).bind(config.tts.model_dump(), cache_dir=config.cache_dir)
+    image = None
+    if config.image.enabled:
+        image = ImageSlot.options(**options.get("Image", {})).bind(
+            config.image.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
-    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, **cuda)
+    return ingress.bind(
+        config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, image=image, **cuda
+    )
 
 
 def _serve_http_host() -> Optional[str]:
@@ -99,3 +108,13 @@ def _check_tts_model(config: GraphArgs) -> None:
     except ModelUnavailable as e:
         logger.error("TTS slot: %s", e)
         raise ModelUnavailable(f"TTS slot cannot start: {e}") from None
+
+
+def _check_image_model(config: GraphArgs) -> None:
+    if not config.image.enabled:
+        return
+    try:
+        check_model_available(config.image.default_model, builtins=BUILTIN_IMAGE_MODELS)
+    except ModelUnavailable as e:
+        logger.error("Image slot: %s", e)
+        raise ModelUnavailable(f"Image slot cannot start: {e}") from None
