@@ -13,7 +13,7 @@ from ray.serve import Application
 from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
-from deployments.hub import ModelUnavailable, check_model_available
+from deployments.hub import ModelUnavailable, check_model_available, looks_like_repo_id
 from deployments.image.deployment import BUILTIN_IMAGE_MODELS, ImageSlot
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
@@ -113,8 +113,16 @@ def _check_tts_model(config: GraphArgs) -> None:
 def _check_image_model(config: GraphArgs) -> None:
     if not config.image.enabled:
         return
+    model = config.image.default_model
+    if looks_like_repo_id(model):
+        from huggingface_hub import try_to_load_from_cache
+
+        # Diffusers-layout repos (FLUX.2-klein, Z-Image) keep model_index.json at their root,
+        # not the config.json the shared check looks for.
+        if isinstance(try_to_load_from_cache(model, "model_index.json"), str):
+            return
     try:
-        check_model_available(config.image.default_model, builtins=BUILTIN_IMAGE_MODELS)
+        check_model_available(model, builtins=BUILTIN_IMAGE_MODELS)
     except ModelUnavailable as e:
         logger.error("Image slot: %s", e)
         raise ModelUnavailable(f"Image slot cannot start: {e}") from None

@@ -295,6 +295,11 @@ class _StepReporter:
         self._engine = engine
 
     def call_in_loop(self, t, seed, prompt, latents, config, time_steps) -> None:
+        import mlx.core as mx
+
+        # mflux evaluates the step's lazy graph right after this call; evaluating it here
+        # instead costs nothing extra and makes the reported step one that has really run.
+        mx.eval(latents)
         self._engine.on_step(t, config)
 
 

@@ -19,7 +19,7 @@ def test_shipped_config_validates_and_serves_the_tiny_model():
     assert config.llm.default_model == "ominix-tiny-qwen3"
     assert config.catalog()["llm"] == {"models": ["ominix-tiny-qwen3"], "models_dir": None}
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
-    assert config.defaults() == {"llm": "ominix-tiny-qwen3"}
+    assert config.defaults() == {"llm": "ominix-tiny-qwen3", "image": "ominix-tiny-flux2-klein"}
 
 
 def test_llm_model_env_overrides_the_default():
