@@ -148,7 +148,7 @@ class ImageEngine:
             item.future = item.loop.create_future()
         self._inbox.put(item)
         try:
-            return await asyncio.shield(item.future)
+            return await item.future
         except asyncio.CancelledError:
             item.cancelled = True  # read by the engine thread at every step
             raise

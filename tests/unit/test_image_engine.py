@@ -1,5 +1,5 @@
 """The image engine with the built-in tiny FLUX.2-klein (mflux, random weights): PNGs of the
-requested size, seeds reproduce images, img2img uses the image and the strength, progress and
+requested size, seeds reproduce images (webp too), img2img uses the image and the strength, progress and
 cancellation, options the model cannot honour, mflux quantization."""
 
 from __future__ import annotations
@@ -48,16 +48,10 @@ async def test_png_of_the_requested_size(engine):
 
 
 async def test_same_seed_same_image_other_seed_other_image(engine):
-    a, b = await engine.generate(_job(seeds=[5, 6]))
-    [a_again] = await engine.generate(_job(seeds=[5]))
-    assert a == a_again
+    a, b = await engine.generate(_job(seeds=[5, 6], output_format="webp"))
+    [a_again] = await engine.generate(_job(seeds=[5], output_format="webp"))
+    assert a == a_again and _pil(a).format == "WEBP"
     assert _pil(a).tobytes() != _pil(b).tobytes()
-
-
-async def test_output_formats(engine):
-    [jpeg] = await engine.generate(_job(output_format="jpeg", output_compression=50))
-    [webp] = await engine.generate(_job(output_format="webp"))
-    assert _pil(jpeg).format == "JPEG" and _pil(webp).format == "WEBP"
 
 
 async def test_img2img_uses_the_image_and_the_strength(engine):
@@ -70,8 +64,6 @@ async def test_img2img_uses_the_image_and_the_strength(engine):
     [from_blue] = await engine.generate(_job(steps=4, init_image=blue, strength=0.5))
     assert _pil(from_red).size == _pil(from_blue).size == (32, 32)
     assert _pil(from_red).tobytes() != _pil(from_blue).tobytes()
-    [txt2img] = await engine.generate(_job(steps=4))
-    assert txt2img not in (from_red, from_blue)
 
 
 async def test_progress_is_reported_and_abandoned_jobs_stop(engine):
