@@ -101,6 +101,8 @@ class ImageSlot:
             raise unavailable(f"Image model '{model_id}' could not be loaded: {e}") from None
 
     async def _unload_all(self) -> None:
+        for engine in list(self._engines):
+            engine.abort_running()
         wrapper = getattr(self._load_engine_fn, "__serve_multiplex_wrapper", None)
         while wrapper is not None and wrapper.models:
             await wrapper.unload_model_lru()

@@ -103,6 +103,7 @@ class ImageEngine:
         self._load_error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name=f"mlx-image:{model_id}", daemon=True)
         self._closed = False
+        self._aborting = False
 
     @classmethod
     async def start(cls, model_id: str, model_dir: Path) -> "ImageEngine":
@@ -160,7 +161,16 @@ class ImageEngine:
         job = self.current
         return job.progress() if job is not None else None
 
+    def abort_running(self) -> None:
+        """Stop the running generation at its next step (an operator's unload does not wait)."""
+        self._aborting = True
+        job = self.current
+        if job is not None:
+            job.cancelled = True
+
     def shutdown(self) -> None:
+        """Stop the thread once the running generation ends (Serve's LRU eviction calls this:
+        a request for another model must not kill a generation already running)."""
         if self._closed:
             return
         self._closed = True
@@ -196,6 +206,9 @@ class ImageEngine:
                 if item is _STOP_THREAD:
                     return
                 if item.cancelled:
+                    continue
+                if self._aborting:
+                    _resolve(item, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
                     continue
                 if isinstance(item, ImageJob):
                     self._run_job(item)
@@ -243,7 +256,10 @@ class ImageEngine:
         except _Cancelled:
             self.stats.cancelled += 1
             logger.info("Image %s: request abandoned at image %d step %d", self.model_id, job.image_index + 1, job.step)
-            _resolve(job, APIError(499, "The client went away", "cancelled"))
+            if self._aborting:
+                _resolve(job, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+            else:
+                _resolve(job, APIError(499, "The client went away", "cancelled"))
         except Exception as e:  # never let one bad request kill the replica
             logger.exception("Image generation failed")
             self.stats.failed += 1

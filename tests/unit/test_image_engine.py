@@ -103,3 +103,17 @@ async def test_mflux_quantization_writes_a_loadable_8_bit_copy(tiny_image_dir, t
         assert _pil(png).size == (32, 32)
     finally:
         quantized.shutdown()
+
+
+async def test_an_unload_aborts_the_running_generation(tiny_image_dir):
+    engine = await ImageEngine.start(TINY_IMAGE_ID, tiny_image_dir)
+    task = asyncio.create_task(engine.generate(_job(steps=60)))
+    for _ in range(600):
+        if (engine.progress() or {}).get("step"):
+            break
+        await asyncio.sleep(0.05)
+    engine.abort_running()
+    await asyncio.to_thread(engine.shutdown)
+    with pytest.raises(APIError) as e:
+        await task
+    assert e.value.status_code == 503 and engine.stats.cancelled == 1
