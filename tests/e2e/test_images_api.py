@@ -139,6 +139,25 @@ def test_quantize_writes_an_8_bit_copy_that_serves(http):
     assert generate(http, seed=3).status_code == 200  # the default model again
 
 
+def test_load_and_unload_through_the_control_plane(http):
+    """model_type "image": the quantized copy becomes every replica's default, an unload
+    empties the slot (503), and loading the tiny model restores it."""
+    path = http.post("/v1/models/quantize", json={"model_id": TINY}, timeout=300).json()["path"]
+    try:
+        r = http.post("/v1/models/load", json={"model": path, "model_type": "image"}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert generate(http).json()["model"] == path
+        assert http.get("/v1/models/status").json()["models"]["image"] == path
+        r = http.post("/v1/models/unload", json={"model_type": "image"}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert_openai_error(generate(http), 503)
+        assert http.get("/readyz").json()["slots"]["image"]["ready"] is False
+    finally:
+        r = http.post("/v1/models/load", json={"model": TINY, "model_type": "image"}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert generate(http).json()["model"] == TINY
+
+
 @pytest.mark.parametrize("body", [{"model_id": "ominix-tiny-qwen3"}, {"model_id": "whisper-tiny.en"}, {"model_id": "x", "bits": 7}])
 def test_quantize_refusals(http, body):
     error = assert_openai_error(http.post("/v1/models/quantize", json=body), 400)
