@@ -80,9 +80,13 @@ def resolve_model_dir(
         )
     except Exception:
         pass  # not cached (completely); try the hub
+    from deployments.download_progress import finished, progress_class
+
     logger.info("Downloading model %s from the Hugging Face hub", model_id)
     try:
-        return Path(snapshot_download(model_id, allow_patterns=allow_patterns))
+        path = Path(snapshot_download(model_id, allow_patterns=allow_patterns, tqdm_class=progress_class(model_id)))
+        logger.info("Downloaded model %s into %s", model_id, path)
+        return path
     except Exception as e:
         raise ModelUnavailable(
             f"Model '{model_id}' is not in the local Hugging Face cache and could not be "
@@ -90,6 +94,8 @@ def resolve_model_dir(
             f"On a machine with network run `hf download {model_id}` first, or point the "
             "config at a local directory."
         ) from None
+    finally:
+        finished(model_id)
 
 
 def check_model_available(model_id: str, *, builtins: BuiltinGenerators) -> None:

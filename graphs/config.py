@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
 from deployments.ingress.config import IngressSettings, hash_key
 from deployments.asr.config import ASRSlotConfig, parse_mode
+from deployments.control.policy import SlotModelsConfig
 from deployments.hub import default_cache_dir
 from deployments.image.config import ImageSlotConfig
 from deployments.llm.config import LLMSlotConfig
@@ -60,6 +61,9 @@ class GraphArgs(BaseModel):
     asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
     tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
     image: ImageSlotConfig = Field(default_factory=ImageSlotConfig)
+    manifest: Optional[str] = Field(
+        None, description="App manifest (ominix.toml) checked at start-up (env OMINIX_APP_MANIFEST)"
+    )
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
@@ -89,6 +93,7 @@ class GraphArgs(BaseModel):
         if environ.get("OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS", "").strip().lower() in ("1", "true", "yes"):
             sec.allow_unauthenticated_network_access = True
         config.cuda = config.cuda.with_env(environ)
+        config.manifest = environ.get("OMINIX_APP_MANIFEST", "").strip() or config.manifest
         return config
 
     def cuda_route(self) -> Optional[CudaRoute]:
@@ -122,31 +127,26 @@ class GraphArgs(BaseModel):
 
     def catalog(self) -> dict[str, dict]:
         """slot -> its allowed model ids (default first) and models directory, for the ingress."""
-        slots = {}
-        if self.llm.enabled:
-            slots["llm"] = {"models": self.llm.allowed_models(), "models_dir": self.llm.models_dir}
-        if self.asr.enabled:
-            slots["asr"] = {"models": self.asr.allowed_models(), "models_dir": None}
-        if self.tts.enabled:
-            slots["tts"] = {"models": self.tts.allowed_models(), "models_dir": None}
-        if self.image.enabled:
-            slots["image"] = {
-                "models": self.image.allowed_models(),
-                "models_dir": str(self.image.models_root(self.resolved_cache_dir())),
-                "aliases": {k.lower(): v for k, v in self.image.aliases.items()},
-            }
+        slots = {
+            slot: {"models": config.allowed_models(), "models_dir": config.models_dir}
+            for slot, config in self.slots().items()
+        }
+        if "image" in slots:  # quantized copies live in its models directory; OminiX-API's aliases
+            slots["image"]["models_dir"] = str(self.image.models_root(self.resolved_cache_dir()))
+            slots["image"]["aliases"] = {k.lower(): v for k, v in self.image.aliases.items()}
         return slots
 
     def resolved_cache_dir(self):
         return Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()
 
     def defaults(self) -> dict[str, str]:
-        """slot -> the configured default model, for the slots under the control plane.
+        """slot -> its configured default model: where the control plane starts each slot."""
+        return {slot: config.default_model for slot, config in self.slots().items()}
 
-        The LLM and image slots follow the control plane; ASR (and TTS) serve their
-        configured default and are not managed through /v1/models/load|unload yet."""
-        slots = {"llm": self.llm, "image": self.image}
-        return {slot: config.default_model for slot, config in slots.items() if config.enabled}
+    def slots(self) -> dict[str, SlotModelsConfig]:
+        """The enabled model slots by name (llm, asr, tts, image)."""
+        candidates = {"llm": self.llm, "asr": self.asr, "tts": self.tts, "image": self.image}
+        return {slot: config for slot, config in candidates.items() if config.enabled}
 
 
 def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:

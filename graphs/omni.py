@@ -10,7 +10,9 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
+from deployments import __version__
 from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
+from deployments.control.capabilities import categories, registry
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available, looks_like_repo_id
@@ -19,6 +21,7 @@ from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
 from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
 from graphs.config import GraphArgs
+from graphs.manifest import check_manifest
 
 logger = logging.getLogger("ray.serve")
 
@@ -32,11 +35,10 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     """`options` (deployment name -> Serve options) is for programmatic use (tests, benchmarks);
     serve_config.yaml sets the same through its `deployments:` block."""
     options = options or {}
+    check_app_manifest(config)
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
-        _check_tts_model(config)
-        _check_image_model(config)
     bind_host = _serve_http_host()
     settings = config.ingress_settings(bind_host)
     logger.info(
@@ -54,10 +56,14 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         )
     asr = None
     if config.asr.enabled:
-        asr = ASRSlot.options(**options.get("ASR", {})).bind(config.asr.model_dump(), cache_dir=config.cache_dir)
+        asr = ASRSlot.options(**options.get("ASR", {})).bind(
+            config.asr.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     tts = None
     if config.tts.enabled:
-        tts = TTSSlot.options(**options.get("TTS", {})).bind(config.tts.model_dump(), cache_dir=config.cache_dir)
+        tts = TTSSlot.options(**options.get("TTS", {})).bind(
+            config.tts.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     image = None
     if config.image.enabled:
         image = ImageSlot.options(**options.get("Image", {})).bind(
@@ -70,6 +76,14 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     return ingress.bind(
         config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, image=image, **cuda
     )
+
+
+def check_app_manifest(config: GraphArgs) -> None:
+    """Stop start-up (ManifestError listing every problem) when the app manifest is not met."""
+    manifest = check_manifest(config.manifest, __version__, categories(registry(config.slots())))
+    if manifest is not None:
+        logger.info("App manifest %s: '%s' %s, all %d requirements met",
+                    manifest.path, manifest.name, manifest.version, len(manifest.requires))
 
 
 def _serve_http_host() -> Optional[str]:
@@ -85,44 +99,26 @@ def _serve_http_host() -> Optional[str]:
         return None
 
 
+BUILTIN_MODELS = {"llm": BUILTIN_LLMS, "asr": BUILTIN_ASR_MODELS, "tts": BUILTIN_TTS, "image": BUILTIN_IMAGE_MODELS}
+
+
 def _check_models(config: GraphArgs) -> None:
-    if config.asr.enabled:
+    """Fail start-up, naming the slot, when a default model is neither built in, local nor reachable."""
+    for slot, slot_config in config.slots().items():
+        if slot == "image" and _cached_diffusers_repo(slot_config.default_model):
+            continue
         try:
-            check_model_available(config.asr.default_model, builtins=BUILTIN_ASR_MODELS)
+            check_model_available(slot_config.default_model, builtins=BUILTIN_MODELS[slot])
         except ModelUnavailable as e:
-            raise ModelUnavailable(f"ASR slot cannot start: {e}") from None
-    if not config.llm.enabled:
-        return
-    try:
-        check_model_available(config.llm.default_model, builtins=BUILTIN_LLMS)
-    except ModelUnavailable as e:
-        logger.error("LLM slot: %s", e)
-        raise ModelUnavailable(f"LLM slot cannot start: {e}") from None
+            logger.error("%s slot: %s", slot.upper(), e)
+            raise ModelUnavailable(f"{slot.upper()} slot cannot start: {e}") from None
 
 
-def _check_tts_model(config: GraphArgs) -> None:
-    if not config.tts.enabled:
-        return
-    try:
-        check_model_available(config.tts.default_model, builtins=BUILTIN_TTS)
-    except ModelUnavailable as e:
-        logger.error("TTS slot: %s", e)
-        raise ModelUnavailable(f"TTS slot cannot start: {e}") from None
+def _cached_diffusers_repo(model: str) -> bool:
+    """Diffusers-layout repos (FLUX.2-klein, Z-Image) keep model_index.json at their root, not
+    the config.json the shared check looks for in the cache."""
+    if not looks_like_repo_id(model):
+        return False
+    from huggingface_hub import try_to_load_from_cache
 
-
-def _check_image_model(config: GraphArgs) -> None:
-    if not config.image.enabled:
-        return
-    model = config.image.default_model
-    if looks_like_repo_id(model):
-        from huggingface_hub import try_to_load_from_cache
-
-        # Diffusers-layout repos (FLUX.2-klein, Z-Image) keep model_index.json at their root,
-        # not the config.json the shared check looks for.
-        if isinstance(try_to_load_from_cache(model, "model_index.json"), str):
-            return
-    try:
-        check_model_available(model, builtins=BUILTIN_IMAGE_MODELS)
-    except ModelUnavailable as e:
-        logger.error("Image slot: %s", e)
-        raise ModelUnavailable(f"Image slot cannot start: {e}") from None
+    return isinstance(try_to_load_from_cache(model, "model_index.json"), str)

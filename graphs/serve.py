@@ -38,9 +38,26 @@ def apply_env(config: dict, environ: Mapping[str, str]) -> dict:
     return {**config, "http_options": http}
 
 
+def preflight(config: dict, environ: Mapping[str, str]) -> None:
+    """Fail here, before Ray starts, on what would only show as DEPLOY_FAILED in `serve status`
+    under a bare `serve run`: invalid graph args and an unmet app manifest."""
+    from graphs.config import GraphArgs
+    from graphs.manifest import ManifestError
+    from graphs.omni import check_app_manifest
+
+    for app in config.get("applications", []):
+        if app.get("import_path") != "graphs.omni:build_app":
+            continue
+        try:
+            check_app_manifest(GraphArgs.from_args(app.get("args"), environ))
+        except (ManifestError, ValueError) as e:
+            raise SystemExit(f"ominix-serve cannot start application '{app.get('name')}':\n{e}") from None
+
+
 def main(argv: list[str]) -> None:
     config_path = Path(os.environ.get("OMINIX_SERVE_CONFIG", "serve_config.yaml"))
     config = apply_env(yaml.safe_load(config_path.read_text()), os.environ)
+    preflight(config, os.environ)
     patched = Path(tempfile.mkdtemp(prefix="ominix-")) / config_path.name
     patched.write_text(yaml.safe_dump(config, sort_keys=False))
     serve_cli = Path(sys.executable).parent / "serve"

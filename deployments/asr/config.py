@@ -7,7 +7,9 @@ import logging
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from deployments.control.policy import SlotModelsConfig
 
 from deployments.asr.tiny_model import TINY_WHISPER_ID
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
@@ -56,10 +58,7 @@ def effective_batching(mode: str, max_batch: Optional[int]) -> BatchingMode:
     return BatchingMode(preset.name, size, wait)
 
 
-class ASRSlotConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
+class ASRSlotConfig(SlotModelsConfig):
     default_model: str = Field(
         WHISPER_TINY_EN_ID, description="Served when a request names no model; loaded at start-up"
     )
@@ -84,9 +83,6 @@ class ASRSlotConfig(BaseModel):
     @classmethod
     def _known_mode(cls, value: str) -> str:
         return parse_mode(value)
-
-    def allowed_models(self) -> list[str]:
-        return list(dict.fromkeys([self.default_model, *self.models]))
 
     def batching(self) -> BatchingMode:
         return effective_batching(self.mode, self.max_batch)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,11 @@ from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, g
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.transcript import Transcript
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID, ensure_whisper_tiny_en
+from deployments.control.agent import SlotAgent
+from deployments.control.replica_models import ReplicaModels
 from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.hub import default_cache_dir, resolve_model_dir
-from deployments.protocol.errors import APIError, invalid_request, model_not_found, unavailable
+from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import TranscriptionParams
 
 logger = logging.getLogger("ray.serve")
@@ -47,24 +48,18 @@ class _Job:
 
 @serve.deployment(name="ASR", max_ongoing_requests=64, health_check_period_s=10)
 class ASRSlot:
-    async def __init__(self, config: dict, cache_dir: Optional[str] = None):
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
         self.config = ASRSlotConfig.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self._engines: weakref.WeakSet[ASREngine] = weakref.WeakSet()
         self.batch_sizes: dict[int, int] = defaultdict(int)  # batch size -> how many batches
         mode = self.config.batching()
         self._batched.set_max_batch_size(mode.max_batch_size)
         self._batched.set_batch_wait_timeout_s(mode.wait_s)
         logger.info("ASR batching mode %s: batches of up to %d, %.0f ms wait",
                     mode.name, mode.max_batch_size, mode.wait_s * 1000)
-
-        async def load_engine(model_id: str) -> ASREngine:  # a closure: see LLMSlot
-            return await self._load_engine(model_id)
-
-        self._get_engine = serve.multiplexed(
-            max_num_models_per_replica=self.config.max_models_per_replica
-        )(load_engine)
-        await self._get_engine(self.config.default_model)
+        self.models = ReplicaModels("asr", self._load_engine, self.config.max_models_per_replica)
+        self.agent = SlotAgent.for_models("asr", control, self.models, self.config.default_model)
+        await self.agent.start()  # the slot's current default is loaded before we serve
 
     async def _load_engine(self, model_id: str) -> ASREngine:
         model_dir = await asyncio.to_thread(
@@ -77,21 +72,14 @@ class ASRSlot:
             max_windows_per_pass=max(32, self.config.batching().max_batch_size),
         )
         engine = await ASREngine.start(model_id, model_dir, engine_config)
-        self._engines.add(engine)
         if model_id == TINY_WHISPER_ID:
             logger.warning("ASR model '%s' has random weights: its transcripts are meaningless", model_id)
         return engine
 
     async def _engine(self) -> ASREngine:
-        model_id = serve.get_multiplexed_model_id() or self.config.default_model
-        if model_id not in self.config.allowed_models():
-            raise model_not_found(model_id, self.config.allowed_models())
-        try:
-            return await self._get_engine(model_id)
-        except APIError:
-            raise
-        except Exception as e:
-            raise unavailable(f"Model '{model_id}' could not be loaded: {e}") from None
+        return await self.models.for_request(
+            self.agent.default_model, self.config.allowed_models(), self.config.models_dir
+        )
 
     async def transcribe(
         self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
@@ -140,10 +128,8 @@ class ASRSlot:
         """Batches seen by size, and each engine's forward-pass counters."""
         return {
             "batch_sizes": dict(self.batch_sizes),
-            "engines": {e.model_id: dict(e.stats) for e in list(self._engines) if not e.closed},
+            "engines": {e.model_id: dict(e.stats) for e in self.models.engines()},
         }
 
     def check_health(self) -> None:
-        for engine in list(self._engines):
-            if engine.thread_died():
-                raise RuntimeError(f"ASR engine thread for {engine.model_id} died")
+        self.models.check_health()

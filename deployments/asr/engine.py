@@ -13,12 +13,9 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
 import json
 import logging
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ import numpy as np
 
 from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
 from deployments.audio.vad import Chunk, VADConfig, split_for_decoding
+from deployments.engine_thread import STOP, EngineThread
 from deployments.protocol.errors import APIError, invalid_request
 
 logger = logging.getLogger(__name__)
@@ -54,8 +52,6 @@ class EngineConfig:
     max_windows_per_pass: int = 32  # bounds the memory of one forward pass
 
 
-_STOP = object()
-
 
 def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     """Indices of a batch grouped by key (model, options), in arrival order: requests with
@@ -66,33 +62,20 @@ def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     return list(groups.values())
 
 
-class ASREngine:
-    """Owns one model. Create with `await ASREngine.start(...)`, release with `shutdown()`."""
+class ASREngine(EngineThread):
+    """Owns one model. Create with `await ASREngine.start(model_id, model_dir, config)`."""
+
+    kind = "asr"
 
     def __init__(self, model_id: str, model_dir: Path, config: EngineConfig):
-        self.model_id = model_id
-        self.model_dir = Path(model_dir)
+        super().__init__(model_id, model_dir)
         self.config = config
         self.sample_rate = 16000
         self.model_type: Optional[str] = None
         self.multilingual = True
         self._model: Any = None
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._loaded = threading.Event()
-        self._load_error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name=f"mlx-asr:{model_id}", daemon=True)
-        self._closed = False
         # Written by the engine thread only: how batching actually went.
         self.stats = {"batches": 0, "requests": 0, "forward_passes": 0, "windows": 0, "largest_pass": 0}
-
-    @classmethod
-    async def start(cls, model_id: str, model_dir: Path, config: EngineConfig) -> "ASREngine":
-        engine = cls(model_id, model_dir, config)
-        engine._thread.start()
-        await asyncio.to_thread(engine._loaded.wait)
-        if engine._load_error is not None:
-            raise engine._load_error
-        return engine
 
     @property
     def is_whisper(self) -> bool:
@@ -114,59 +97,28 @@ class ASREngine:
         return await self._submit(lambda: self._transcribe(audios, options))
 
     async def _submit(self, work: Callable[[], Any]) -> Any:
-        if self._closed:
-            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        self._ensure_open()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._inbox.put((work, future, loop))
         return await future
 
-    def shutdown(self) -> None:
-        """Stop the thread and free the model's memory. Safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(_STOP)
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=60)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def thread_died(self) -> bool:
-        return not self._closed and not self._thread.is_alive()
-
-    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
-        self.shutdown()
-
     # ------------------------------------------------------------------ engine thread
 
-    def _run(self) -> None:
-        import mlx.core as mx
+    def _serve(self) -> None:
+        while (item := self._inbox.get()) is not STOP:
+            work, future, loop = item
+            try:
+                result, error = work(), None
+            except BaseException as e:  # one bad batch must not kill the thread
+                if not isinstance(e, APIError):
+                    logger.exception("Transcription failed")
+                result, error = None, e
+            loop.call_soon_threadsafe(_resolve, future, result, error)
 
-        try:
-            self._load()
-        except BaseException as e:  # reported to start()
-            self._load_error = e
-            self._loaded.set()
-            return
-        self._loaded.set()
-        try:
-            while (item := self._inbox.get()) is not _STOP:
-                work, future, loop = item
-                try:
-                    result, error = work(), None
-                except BaseException as e:  # one bad batch must not kill the thread
-                    if not isinstance(e, APIError):
-                        logger.exception("Transcription failed")
-                    result, error = None, e
-                loop.call_soon_threadsafe(_resolve, future, result, error)
-        finally:
-            self._model = None
-            gc.collect()
-            mx.clear_cache()
-            logger.info("ASR engine for %s stopped and its memory released", self.model_id)
+    def _fail_queued(self, item: Any, error: APIError) -> None:
+        _, future, loop = item
+        loop.call_soon_threadsafe(_resolve, future, None, error)
 
     def _load(self) -> None:
         from mlx_audio.stt.utils import load_model

@@ -17,6 +17,8 @@ from deployments.control.state import LOADED, Desired, ReplicaReport
 
 logger = logging.getLogger("ray.serve")
 
+REPORT_WHILE_LOADING_S = 2.0  # a download can take minutes: status shows its progress
+
 
 def memory_snapshot() -> dict[str, int]:
     import mlx.core as mx
@@ -48,8 +50,17 @@ class SlotAgent:
         self.epoch = -1
         self.error: Optional[str] = None
         self.freed_bytes: Optional[int] = None
+        self.loading: Optional[str] = None
         self._fallback = fallback_default
         self._task: Optional[asyncio.Task] = None
+
+    @classmethod
+    def for_models(cls, slot: str, control, models, fallback_default: str) -> "SlotAgent":
+        """The agent of a slot replica whose engines live in a `ReplicaModels`."""
+        return cls(
+            slot, control, load_default=models.get, unload_all=models.unload_all,
+            loaded_models=models.loaded, fallback_default=fallback_default,
+        )
 
     async def start(self) -> None:
         """Apply the slot's current state before the replica serves, then follow changes."""
@@ -79,7 +90,7 @@ class SlotAgent:
     async def _apply(self, desired: Desired, initial: bool = False) -> None:
         if desired.state == LOADED and desired.model:
             try:
-                await self._load_default(desired.model)
+                await self._load_reporting_progress(desired.model)
                 self.default_model, self.unloaded, self.error = desired.model, False, None
             except Exception as e:
                 if initial and desired.model != self._fallback:
@@ -100,10 +111,30 @@ class SlotAgent:
         if not initial:
             await self._report()
 
+    async def _load_reporting_progress(self, model: str) -> None:
+        self.loading = model
+        load = asyncio.ensure_future(self._load_default(model))
+        try:
+            while not load.done():
+                await asyncio.wait({load}, timeout=REPORT_WHILE_LOADING_S)
+                if not load.done():
+                    await self._report_quietly()
+            await load
+        finally:
+            self.loading = None
+
+    async def _report_quietly(self) -> None:
+        try:
+            await self._report()
+        except Exception as e:  # a status report must never fail a load
+            logger.debug("Progress report failed: %s", e)
+
     async def _report(self) -> None:
         if self.control is None:
             return
         from ray import serve
+
+        from deployments.download_progress import active_downloads
 
         report = ReplicaReport(
             slot=self.slot,
@@ -114,6 +145,7 @@ class SlotAgent:
             memory=memory_snapshot(),
             freed_bytes=self.freed_bytes,
             error=self.error,
+            loading={"model": self.loading, "download": active_downloads().get(self.loading)} if self.loading else None,
         )
         await self.control.report.remote(report)
 

@@ -10,7 +10,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from deployments.protocol.errors import APIError
+
+
+class SlotModelsConfig(BaseModel):
+    """The model fields every slot's config block shares: its default and its allow-list."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    default_model: str = Field(..., description="Served when a request names no model; loaded at start-up")
+    models: list[str] = Field(
+        default_factory=list, description="Other model ids requests may name (the allow-list)"
+    )
+    models_dir: Optional[str] = Field(
+        None, description="Local model directories under this path may be loaded too"
+    )
+    max_models_per_replica: int = Field(1, ge=1)
+
+    def allowed_models(self) -> list[str]:
+        return list(dict.fromkeys([self.default_model, *self.models]))
 
 
 def check_model_allowed(model: str, allowed_ids: Sequence[str], models_dir: Optional[str], slot: str) -> None:

@@ -35,6 +35,7 @@ class ReplicaReport(BaseModel):
     memory: dict[str, int] = {}  # mlx_active_bytes, mlx_cache_bytes, rss_bytes
     freed_bytes: Optional[int] = None  # set by an unload
     error: Optional[str] = None  # the last load that failed, kept until the next success
+    loading: Optional[dict] = None  # {"model", "download": bytes/files so far} while a load runs
     seen_at: float = 0.0
 
 

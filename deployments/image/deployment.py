@@ -13,7 +13,6 @@ import logging
 import random
 import re
 import time
-import weakref
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,12 +20,13 @@ from ray import serve
 
 from deployments.control.agent import SlotAgent
 from deployments.control.policy import check_model_allowed
+from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.image.codec import BadImage, open_image
 from deployments.image.config import ImageSlotConfig
 from deployments.image.engine import ImageEngine, ImageJob
 from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
-from deployments.protocol.errors import APIError, invalid_request, unavailable
+from deployments.protocol.errors import invalid_request, unavailable
 from deployments.protocol.images import MAX_SEED, GeneratedImages, ImageParams
 
 logger = logging.getLogger("ray.serve")
@@ -48,30 +48,16 @@ class ImageSlot:
         self.config = ImageSlotConfig.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.models_root = self.config.models_root(self.cache_dir)
-        self._engines: weakref.WeakSet[ImageEngine] = weakref.WeakSet()
-
-        # Serve's multiplexer keeps its LRU on the decorated callable: a plain closure.
-        async def load_engine(model_id: str) -> ImageEngine:
-            return await self._load_engine(model_id)
-
-        self._load_engine_fn = load_engine
-        self._get_engine = serve.multiplexed(
-            max_num_models_per_replica=self.config.max_models_per_replica
-        )(load_engine)
+        self.models = ReplicaModels("image", self._load_engine, self.config.max_models_per_replica)
         self.agent = SlotAgent(
-            "image",
-            control,
-            load_default=self._get_engine,
-            unload_all=self._unload_all,
-            loaded_models=lambda: [e.model_id for e in list(self._engines) if not e.closed],
-            fallback_default=self.config.default_model,
+            "image", control, load_default=self.models.get, unload_all=self._unload_all,
+            loaded_models=self.models.loaded, fallback_default=self.config.default_model,
         )
-        await self.agent.start()
+        await self.agent.start()  # the slot's current default is loaded before we serve
 
     async def _load_engine(self, model_id: str) -> ImageEngine:
         model_dir = await asyncio.to_thread(self._model_dir, model_id)
         engine = await ImageEngine.start(model_id, model_dir)
-        self._engines.add(engine)
         if model_id in BUILTIN_IMAGE_MODELS:
             logger.warning(
                 "Image slot serves the built-in tiny model '%s': random weights, the images are "
@@ -89,25 +75,15 @@ class ImageSlot:
             check_model_allowed(model_id, self.config.allowed_models(), str(self.models_root), "image")
 
     async def _engine(self) -> ImageEngine:
-        model_id = serve.get_multiplexed_model_id() or self.agent.default_model
-        if model_id is None:
-            raise unavailable("The image slot has no model loaded; load one with POST /v1/models/load")
-        self._check_allowed(model_id)
-        try:
-            return await self._get_engine(model_id)
-        except APIError:
-            raise
-        except Exception as e:
-            raise unavailable(f"Image model '{model_id}' could not be loaded: {e}") from None
+        return await self.models.for_request(
+            self.agent.default_model, self.config.allowed_models(), str(self.models_root)
+        )
 
     async def _unload_all(self) -> None:
-        for engine in list(self._engines):
+        # An operator's unload must not wait minutes for a generation: stop it at its next step.
+        for engine in self.models.engines():
             engine.abort_running()
-        wrapper = getattr(self._load_engine_fn, "__serve_multiplex_wrapper", None)
-        while wrapper is not None and wrapper.models:
-            await wrapper.unload_model_lru()
-        for engine in list(self._engines):
-            await asyncio.to_thread(engine.shutdown)
+        await self.models.unload_all()
 
     # ------------------------------------------------------------------ generation
 
@@ -162,7 +138,7 @@ class ImageSlot:
     async def _engine_for_default(self) -> ImageEngine:
         if self.agent.default_model is None:
             raise unavailable("The image slot has no model loaded; load one with POST /v1/models/load")
-        return await self._get_engine(self.agent.default_model)
+        return await self.models.get(self.agent.default_model)
 
     # ------------------------------------------------------------------ facts
 
@@ -171,14 +147,11 @@ class ImageSlot:
         return {
             e.model_id: {**vars(e.stats), "pending": e.pending(), "in_progress": e.progress(),
                          "family": e.family.name if e.family else None, "bits": e.bits}
-            for e in list(self._engines)
-            if not e.closed
+            for e in self.models.engines()
         }
 
     def check_health(self) -> None:
-        for engine in list(self._engines):
-            if engine.thread_died():
-                raise RuntimeError(f"Image engine thread for {engine.model_id} died")
+        self.models.check_health()
 
 
 def _safe_name(model_id: str) -> str:

@@ -13,22 +13,18 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from deployments.engine_thread import STOP, EngineThread
 from deployments.image.codec import encode_image
 from deployments.image.families import ImageFamily, img2img_keep
 from deployments.protocol.errors import APIError, invalid_request, server_error
 
 logger = logging.getLogger("ray.serve")
-
-_STOP_THREAD = object()
 
 
 class _Cancelled(Exception):
@@ -87,32 +83,19 @@ class EngineStats:
     seconds: float = 0.0
 
 
-class ImageEngine:
+class ImageEngine(EngineThread):
     """Owns one pipeline. Create with `await ImageEngine.start(...)`, release with `shutdown()`."""
 
+    kind = "image"
+
     def __init__(self, model_id: str, model_dir: Path):
-        self.model_id = model_id
-        self.model_dir = Path(model_dir)
+        super().__init__(model_id, model_dir)
         self.family: Optional[ImageFamily] = None
         self.bits: Optional[int] = None
         self.stats = EngineStats()
         self.current: Optional[ImageJob] = None
         self._pipeline = None
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._loaded = threading.Event()
-        self._load_error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name=f"mlx-image:{model_id}", daemon=True)
-        self._closed = False
         self._aborting = False
-
-    @classmethod
-    async def start(cls, model_id: str, model_dir: Path) -> "ImageEngine":
-        engine = cls(model_id, model_dir)
-        engine._thread.start()
-        await asyncio.to_thread(engine._loaded.wait)
-        if engine._load_error is not None:
-            raise engine._load_error
-        return engine
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -142,8 +125,7 @@ class ImageEngine:
         return await self._submit(_Call(lambda: fn(self._pipeline), loop, loop.create_future()))
 
     async def _submit(self, item):
-        if self._closed:
-            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        self._ensure_open()
         if item.future is None:
             item.loop = asyncio.get_running_loop()
             item.future = item.loop.create_future()
@@ -154,75 +136,40 @@ class ImageEngine:
             item.cancelled = True  # read by the engine thread at every step
             raise
 
-    def pending(self) -> int:
-        return self._inbox.qsize()
-
     def progress(self) -> Optional[dict[str, Any]]:
         job = self.current
         return job.progress() if job is not None else None
 
     def abort_running(self) -> None:
-        """Stop the running generation at its next step (an operator's unload does not wait)."""
+        """Stop the running generation at its next step: an operator's unload does not wait.
+        (`shutdown` alone, which Serve's LRU eviction calls, lets it finish: a request for
+        another model must not kill a generation already running.)"""
         self._aborting = True
         job = self.current
         if job is not None:
             job.cancelled = True
 
-    def shutdown(self) -> None:
-        """Stop the thread once the running generation ends (Serve's LRU eviction calls this:
-        a request for another model must not kill a generation already running)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(_STOP_THREAD)
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=120)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def thread_died(self) -> bool:
-        return not self._closed and not self._thread.is_alive()
-
-    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
-        self.shutdown()
-
     # ------------------------------------------------------------------ engine thread
 
-    def _run(self) -> None:
-        import mlx.core as mx
+    def _serve(self) -> None:
+        while True:
+            item = self._inbox.get()
+            if item is STOP:
+                return
+            if item.cancelled:
+                continue
+            if self._aborting:
+                _resolve(item, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+            elif isinstance(item, ImageJob):
+                self._run_job(item)
+            else:
+                self._run_call(item)
 
-        try:
-            self._load()
-        except BaseException as e:  # reported to start()
-            self._load_error = e
-            self._loaded.set()
-            return
-        self._loaded.set()
-        try:
-            while True:
-                item = self._inbox.get()
-                if item is _STOP_THREAD:
-                    return
-                if item.cancelled:
-                    continue
-                if self._aborting:
-                    _resolve(item, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
-                    continue
-                if isinstance(item, ImageJob):
-                    self._run_job(item)
-                else:
-                    self._run_call(item)
-        finally:
-            while not self._inbox.empty():  # fail what is still queued
-                item = self._inbox.get_nowait()
-                if item is not _STOP_THREAD:
-                    _resolve(item, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
-            self._pipeline = None
-            gc.collect()
-            mx.clear_cache()
-            logger.info("Image engine for %s stopped and its memory released", self.model_id)
+    def _fail_queued(self, item: Any, error: APIError) -> None:
+        _resolve(item, error)
+
+    def _release(self) -> None:
+        self._pipeline = None
 
     def _load(self) -> None:
         from deployments.image.pipelines import load_pipeline

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from deployments.control.policy import SlotModelsConfig
 from deployments.llm.engine import EngineConfig
 from deployments.llm.tiny_model import TINY_LLM_ID
 
 
-class LLMSlotConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
+class LLMSlotConfig(SlotModelsConfig):
     default_model: str = Field(
         TINY_LLM_ID, description="Served when a request names no model; loaded at start-up"
-    )
-    models: list[str] = Field(
-        default_factory=list, description="Other model ids requests may name (the allow-list)"
-    )
-    models_dir: Optional[str] = Field(
-        None, description="Local model directories under this path may be loaded too"
     )
     max_models_per_replica: int = Field(2, ge=1)
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together per replica")
@@ -29,9 +19,6 @@ class LLMSlotConfig(BaseModel):
     prefill_step_size: int = Field(2048, ge=16)
     batching: bool = Field(True, description="False: one sequence at a time (a baseline)")
     default_max_tokens: int = Field(2048, ge=1)
-
-    def allowed_models(self) -> list[str]:
-        return list(dict.fromkeys([self.default_model, *self.models]))
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(

@@ -11,21 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from pathlib import Path
 from typing import AsyncIterator, Optional
 
 from ray import serve
 
 from deployments.control.agent import SlotAgent
-from deployments.control.policy import check_model_allowed
+from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.llm.config import LLMSlotConfig
 from deployments.llm.engine import LLMEngine, SamplingParams
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
-from deployments.protocol.errors import APIError, unavailable
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -45,26 +43,9 @@ class LLMSlot:
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
         self.config = LLMSlotConfig.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self._engines: weakref.WeakSet[LLMEngine] = weakref.WeakSet()
         self.metrics = GenerationMetrics()
-
-        # Serve's multiplexer keeps its LRU on the decorated callable, which must accept
-        # attributes: a plain closure, not a bound method.
-        async def load_engine(model_id: str) -> LLMEngine:
-            return await self._load_engine(model_id)
-
-        self._load_engine_fn = load_engine  # Serve keeps the multiplexer's LRU on it
-        self._get_engine = serve.multiplexed(
-            max_num_models_per_replica=self.config.max_models_per_replica
-        )(load_engine)
-        self.agent = SlotAgent(
-            "llm",
-            control,
-            load_default=self._get_engine,
-            unload_all=self._unload_all,
-            loaded_models=lambda: [e.model_id for e in list(self._engines) if not e.closed],
-            fallback_default=self.config.default_model,
-        )
+        self.models = ReplicaModels("llm", self._load_engine, self.config.max_models_per_replica)
+        self.agent = SlotAgent.for_models("llm", control, self.models, self.config.default_model)
         await self.agent.start()  # the slot's current default is loaded before we serve
 
     async def _load_engine(self, model_id: str) -> LLMEngine:
@@ -76,7 +57,6 @@ class LLMSlot:
             allow_patterns=LLM_FILE_PATTERNS,
         )
         engine = await LLMEngine.start(model_id, model_dir, self.config.engine_config())
-        self._engines.add(engine)
         if model_id in BUILTIN_LLMS:
             logger.warning(
                 "LLM slot serves the built-in tiny model '%s': random weights, meaningless "
@@ -87,26 +67,9 @@ class LLMSlot:
         return engine
 
     async def _engine(self) -> LLMEngine:
-        model_id = serve.get_multiplexed_model_id() or self.agent.default_model
-        if model_id is None:
-            raise unavailable("The LLM slot has no model loaded; load one with POST /v1/models/load")
-        if model_id != self.agent.default_model:
-            check_model_allowed(model_id, self.config.allowed_models(), self.config.models_dir, "llm")
-        try:
-            return await self._get_engine(model_id)
-        except APIError:
-            raise
-        except Exception as e:
-            raise unavailable(f"Model '{model_id}' could not be loaded: {e}") from None
-
-    async def _unload_all(self) -> None:
-        # The multiplexer keeps its LRU on the loader function; its unload calls each
-        # engine's __del__, which stops the engine thread and clears MLX's cache.
-        wrapper = getattr(self._load_engine_fn, "__serve_multiplex_wrapper", None)
-        while wrapper is not None and wrapper.models:
-            await wrapper.unload_model_lru()
-        for engine in list(self._engines):
-            await asyncio.to_thread(engine.shutdown)
+        return await self.models.for_request(
+            self.agent.default_model, self.config.allowed_models(), self.config.models_dir
+        )
 
     async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = await self._engine()
@@ -140,14 +103,7 @@ class LLMSlot:
 
     def stats(self) -> dict:
         """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""
-        return {
-            e.model_id: {**e.stats, **self.metrics.summary(e.model_id)}
-            for e in list(self._engines)
-            if not e.closed
-        }
+        return {e.model_id: {**e.stats, **self.metrics.summary(e.model_id)} for e in self.models.engines()}
 
     def check_health(self) -> None:
-        # A replica whose engine thread died cannot serve: let Serve replace it.
-        for engine in list(self._engines):
-            if engine.thread_died():
-                raise RuntimeError(f"Engine thread for {engine.model_id} died")
+        self.models.check_health()

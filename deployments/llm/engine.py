@@ -13,16 +13,15 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import queue
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
+from deployments.engine_thread import STOP, EngineThread
 from deployments.llm.output import OutputParser, ParsedText
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
@@ -99,37 +98,23 @@ class _Sequence:
         self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
 
 
-_STOP_THREAD = object()
 # How a token left its sequence (see LLMEngine._on_token).
 _RUNNING, _FINISHED, _STOPPED_BY_PARSER = object(), object(), object()
 
 
-class LLMEngine:
-    """Owns one model. Create with `await LLMEngine.start(...)`, release with `shutdown()`."""
+class LLMEngine(EngineThread):
+    """Owns one model. Create with `await LLMEngine.start(model_id, model_dir, config)`."""
+
+    kind = "llm"
 
     def __init__(self, model_id: str, model_dir: Path, config: EngineConfig):
-        self.model_id = model_id
-        self.model_dir = Path(model_dir)
+        super().__init__(model_id, model_dir)
         self.config = config
         self.tokenizer: Any = None
         self.context_length: Optional[int] = None
         self.generation_defaults: dict[str, Any] = {}
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._loaded = threading.Event()
-        self._load_error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name=f"mlx-llm:{model_id}", daemon=True)
-        self._closed = False
         # Written by the engine thread only; read for status and tests.
         self.stats = {"running": 0, "finished": 0, "aborted": 0, "generated_tokens": 0}
-
-    @classmethod
-    async def start(cls, model_id: str, model_dir: Path, config: EngineConfig) -> "LLMEngine":
-        engine = cls(model_id, model_dir, config)
-        engine._thread.start()
-        await asyncio.to_thread(engine._loaded.wait)
-        if engine._load_error is not None:
-            raise engine._load_error
-        return engine
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -167,8 +152,7 @@ class LLMEngine:
         tools: Optional[list[dict[str, Any]]] = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Stream the generation; closing the iterator early removes it from the batch."""
-        if self._closed:
-            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        self._ensure_open()
         seq = _Sequence(prompt, params, tools, asyncio.get_running_loop(), asyncio.Queue())
         self._inbox.put(seq)
         try:
@@ -190,46 +174,20 @@ class LLMEngine:
                 seq.done = True  # read by the engine thread: drop it from the batch
                 self._inbox.put(("abort", seq))
 
-    def shutdown(self) -> None:
-        """Stop the thread and free the model's memory. Safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(_STOP_THREAD)
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=60)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def thread_died(self) -> bool:
-        return not self._closed and not self._thread.is_alive()
-
-    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
-        self.shutdown()
-
     # ------------------------------------------------------------------ engine thread
 
-    def _run(self) -> None:
+    def _serve(self) -> None:
         import mlx.core as mx
 
-        try:
-            self._load()
-        except BaseException as e:  # reported to start()
-            self._load_error = e
-            self._loaded.set()
-            return
-        self._loaded.set()
-        stream = mx.default_stream(mx.default_device())
-        try:
-            self._loop(stream)
-        finally:
-            self._model = None
-            self._batch = None
-            gc.collect()
-            mx.clear_cache()
-            logger.info("Engine for %s stopped and its memory released", self.model_id)
+        self._loop(mx.default_stream(mx.default_device()))
+
+    def _release(self) -> None:
+        self._model = None
+        self._batch = None
+
+    def _fail_queued(self, item: Any, error: APIError) -> None:
+        if isinstance(item, _Sequence):
+            item.send(error)
 
     def _load(self) -> None:
         import mlx_lm
@@ -305,7 +263,7 @@ class LLMEngine:
             except queue.Empty:
                 return True
             block = False
-            if item is _STOP_THREAD:
+            if item is STOP:
                 for seq in active.values():
                     seq.send(APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
                 return False

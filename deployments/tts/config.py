@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from deployments.control.policy import SlotModelsConfig
 
 from deployments.tts.tiny_model import TINY_TTS_ID
 
 
-class TTSSlotConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
+class TTSSlotConfig(SlotModelsConfig):
     default_model: str = Field(TINY_TTS_ID, description="Served when a request names no model; loaded at start-up")
-    models: list[str] = Field(default_factory=list, description="Other model ids requests may name")
-    max_models_per_replica: int = Field(1, ge=1)
     max_input_chars: int = Field(4096, ge=1, description="Longer `input` (or WebSocket text) is a 400")
     streaming_interval_s: float = Field(
         0.24, gt=0, description="Audio per streamed chunk for models that stream (seconds)"
@@ -27,6 +24,3 @@ class TTSSlotConfig(BaseModel):
         None, description="TTS_VOICES_DIR: requests may name audio files inside it as voices"
     )
     ws_idle_timeout_s: float = Field(120.0, gt=0, description="WebSocket TTS: close after this long without a message")
-
-    def allowed_models(self) -> list[str]:
-        return list(dict.fromkeys([self.default_model, *self.models]))

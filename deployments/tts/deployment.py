@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
@@ -19,8 +18,10 @@ from ray import serve
 
 from deployments.audio.encode import encode_wav
 from deployments.audio.reference import BadReferenceAudio, read_reference
+from deployments.control.agent import SlotAgent
+from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
-from deployments.protocol.errors import APIError, invalid_request, model_not_found, server_error, unavailable
+from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, TTSEngine
@@ -51,21 +52,14 @@ def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
 
 @serve.deployment(name="TTS", max_ongoing_requests=4, health_check_period_s=10)
 class TTSSlot:
-    async def __init__(self, config: dict, cache_dir: Optional[str] = None):
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
         self.config = TTSSlotConfig.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.registry = VoiceRegistry(registry_path(self.config, self.cache_dir))
         self.voices_dir = Path(self.config.voices_dir).expanduser() if self.config.voices_dir else None
-        self._engines: weakref.WeakSet[TTSEngine] = weakref.WeakSet()
-
-        # Serve's multiplexer keeps its LRU on the decorated callable: a plain closure.
-        async def load_engine(model_id: str) -> TTSEngine:
-            return await self._load_engine(model_id)
-
-        self._get_engine = serve.multiplexed(
-            max_num_models_per_replica=self.config.max_models_per_replica
-        )(load_engine)
-        await self._get_engine(self.config.default_model)
+        self.models = ReplicaModels("tts", self._load_engine, self.config.max_models_per_replica)
+        self.agent = SlotAgent.for_models("tts", control, self.models, self.config.default_model)
+        await self.agent.start()  # the slot's current default is loaded before we serve
 
     async def _load_engine(self, model_id: str) -> TTSEngine:
         model_dir = await asyncio.to_thread(
@@ -73,7 +67,6 @@ class TTSSlot:
             allow_patterns=TTS_FILE_PATTERNS,
         )
         engine = await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
-        self._engines.add(engine)
         if model_id in BUILTIN_TTS:
             logger.warning(
                 "TTS slot serves the built-in tiny model '%s': random weights, the audio says "
@@ -83,15 +76,9 @@ class TTSSlot:
         return engine
 
     async def _engine(self) -> TTSEngine:
-        model_id = serve.get_multiplexed_model_id() or self.config.default_model
-        if model_id not in self.config.allowed_models():
-            raise model_not_found(model_id, self.config.allowed_models())
-        try:
-            return await self._get_engine(model_id)
-        except APIError:
-            raise
-        except Exception as e:
-            raise unavailable(f"TTS model '{model_id}' could not be loaded: {e}") from None
+        return await self.models.for_request(
+            self.agent.default_model, self.config.allowed_models(), self.config.models_dir
+        )
 
     # ------------------------------------------------------------------ synthesis
 
@@ -206,10 +193,8 @@ class TTSSlot:
         return {"name": name, "deleted": True}
 
     def stats(self) -> dict:
-        return {e.model_id: {**vars(e.stats), "pending": e.pending()} for e in list(self._engines) if not e.closed}
+        return {e.model_id: {**vars(e.stats), "pending": e.pending()} for e in self.models.engines()}
 
     def check_health(self) -> None:
-        for engine in list(self._engines):
-            if engine.thread_died():
-                raise RuntimeError(f"TTS engine thread for {engine.model_id} died")
+        self.models.check_health()
 

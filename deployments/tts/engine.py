@@ -14,11 +14,8 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
 import logging
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +23,11 @@ from typing import Any, AsyncIterator, Optional
 
 import numpy as np
 
+from deployments.engine_thread import STOP, EngineThread
 from deployments.protocol.errors import APIError, invalid_request, server_error
 
 logger = logging.getLogger(__name__)
 
-_STOP_THREAD = object()
 _END = object()
 
 
@@ -85,32 +82,19 @@ class EngineStats:
     failed: int = 0
 
 
-class TTSEngine:
-    """Owns one model. Create with `await TTSEngine.start(...)`, release with `shutdown()`."""
+class TTSEngine(EngineThread):
+    """Owns one model. Create with `await TTSEngine.start(model_id, model_dir, streaming_interval_s)`."""
 
-    def __init__(self, model_id: str, model_dir: Path, streaming_interval_s: float):
-        self.model_id = model_id
-        self.model_dir = Path(model_dir)
+    kind = "tts"
+
+    def __init__(self, model_id: str, model_dir: Path, streaming_interval_s: float = 0.24):
+        super().__init__(model_id, model_dir)
         self.streaming_interval_s = streaming_interval_s
         self.sample_rate: int = 24000
         self.model_type: str = ""
         self.presets: list[str] = []
         self.capabilities = Capabilities()
         self.stats = EngineStats()
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._loaded = threading.Event()
-        self._load_error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name=f"mlx-tts:{model_id}", daemon=True)
-        self._closed = False
-
-    @classmethod
-    async def start(cls, model_id: str, model_dir: Path, streaming_interval_s: float = 0.24) -> "TTSEngine":
-        engine = cls(model_id, model_dir, streaming_interval_s)
-        engine._thread.start()
-        await asyncio.to_thread(engine._loaded.wait)
-        if engine._load_error is not None:
-            raise engine._load_error
-        return engine
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -130,8 +114,7 @@ class TTSEngine:
     async def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
         """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
         Closing the iterator early stops the synthesis after the current chunk."""
-        if self._closed:
-            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+        self._ensure_open()
         job.loop, job.outbox = asyncio.get_running_loop(), asyncio.Queue()
         self._inbox.put(job)
         try:
@@ -145,55 +128,16 @@ class TTSEngine:
         finally:
             job.cancelled = True  # read by the engine thread between chunks
 
-    def pending(self) -> int:
-        return self._inbox.qsize()
-
-    def shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(_STOP_THREAD)
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=60)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def thread_died(self) -> bool:
-        return not self._closed and not self._thread.is_alive()
-
-    def __del__(self):  # Serve's multiplexer calls this when it evicts the model
-        self.shutdown()
-
     # ------------------------------------------------------------------ engine thread
 
-    def _run(self) -> None:
-        import mlx.core as mx
+    def _serve(self) -> None:
+        while (job := self._inbox.get()) is not STOP:
+            if not job.cancelled:
+                self._run_job(job)
 
-        try:
-            self._load()
-        except BaseException as e:  # reported to start()
-            self._load_error = e
-            self._loaded.set()
-            return
-        self._loaded.set()
-        try:
-            while True:
-                job = self._inbox.get()
-                if job is _STOP_THREAD:
-                    return
-                if not job.cancelled:
-                    self._run_job(job)
-        finally:
-            while not self._inbox.empty():  # fail what is still queued
-                job = self._inbox.get_nowait()
-                if isinstance(job, SpeechJob):
-                    job.send(APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
-            self._model = None
-            gc.collect()
-            mx.clear_cache()
-            logger.info("TTS engine for %s stopped and its memory released", self.model_id)
+    def _fail_queued(self, item: Any, error: APIError) -> None:
+        if isinstance(item, SpeechJob):
+            item.send(error)
 
     def _load(self) -> None:
         from mlx_audio.tts.utils import load_model

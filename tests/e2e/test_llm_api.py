@@ -7,7 +7,6 @@ import json
 import time
 
 import httpx
-import openai
 import pytest
 
 MODEL = "ominix-tiny-qwen3"

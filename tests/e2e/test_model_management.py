@@ -7,8 +7,10 @@ model is a copy of the tiny model in a configured models directory, loaded by pa
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -143,28 +145,17 @@ def test_load_refusals(managed, body, status):
     assert r.json()["error"]["message"]
 
 
-def test_failed_load_keeps_the_previous_model(managed, tmp_path):
+def test_failed_load_keeps_the_previous_model(managed):
     client, _ = managed
-    from ray import serve  # noqa: F401  (the session is a Ray driver)
-
-    models_dir = client.get("/v1/models/report").json()
-    assert "by_slot" in models_dir
-    broken = "broken-model"
+    report = client.get("/v1/models/report").json()
+    roots = {e["path"].rsplit("/", 1)[0] for e in report["by_slot"].get("llm", []) if e["source"] == "models_dir"}
+    assert len(roots) == 1, report
     # A directory inside models_dir that is not a model: allowed by policy, fails to load.
-    import json as _json
-
+    broken = Path(roots.pop()) / "broken-model"
+    broken.mkdir(exist_ok=True)
+    (broken / "config.json").write_text(json.dumps({"model_type": "no_such_architecture"}))
     status_before = replicas(client)
-    root = None
-    for entry in models_dir["by_slot"].get("llm", []):
-        if entry["source"] == "models_dir":
-            root = entry["path"].rsplit("/", 1)[0]
-    assert root, models_dir
-    import os
-
-    os.makedirs(os.path.join(root, broken), exist_ok=True)
-    with open(os.path.join(root, broken, "config.json"), "w") as f:
-        _json.dump({"model_type": "no_such_architecture"}, f)
-    r = client.post("/v1/models/load", json={"model": broken})
+    r = client.post("/v1/models/load", json={"model": broken.name})
     assert r.status_code == 500 and "keeps serving" in r.json()["error"]["message"]
     assert [rep["default_model"] for rep in replicas(client)] == [s["default_model"] for s in status_before]
     assert chat(client).status_code == 200

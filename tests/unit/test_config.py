@@ -19,7 +19,11 @@ def test_shipped_config_validates_and_serves_the_tiny_model():
     assert config.llm.default_model == "ominix-tiny-qwen3"
     assert config.catalog()["llm"] == {"models": ["ominix-tiny-qwen3"], "models_dir": None}
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
-    assert config.defaults() == {"llm": "ominix-tiny-qwen3", "image": "ominix-tiny-flux2-klein"}
+    # Every enabled slot starts under the control plane with its configured default.
+    assert config.defaults() == {
+        "llm": "ominix-tiny-qwen3", "asr": "whisper-tiny.en", "tts": "ominix-tiny-pocket-tts",
+        "image": "ominix-tiny-flux2-klein",
+    }
 
 
 def test_llm_model_env_overrides_the_default():
@@ -35,6 +39,12 @@ def test_blank_env_is_ignored():
 def test_typos_in_args_are_rejected():
     with pytest.raises(ValidationError):
         GraphArgs.from_args({"llm": {"default_modle": "x"}}, environ={})
+
+
+def test_disabled_slot_is_neither_in_the_catalog_nor_under_control():
+    config = GraphArgs.from_args({"asr": {"enabled": False}}, environ={"TTS_MODEL": "my/tts"})
+    assert set(config.defaults()) == {"llm", "tts", "image"}
+    assert config.defaults()["tts"] == "my/tts"
 
 
 def test_disabled_slot_is_not_in_the_catalog():

@@ -8,12 +8,12 @@ per replica; see deployments/control/.
 from __future__ import annotations
 
 import asyncio
-from importlib.metadata import PackageNotFoundError, version
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, Field
 
 from deployments import SERVICE_NAME, __version__
+from deployments.control.capabilities import registry
 from deployments.control.state import LOADED, UNLOADED
 from deployments.ingress.cuda import NOT_CONFIGURED_STATUS, cuda_status
 from deployments.ingress.state import IngressState, ingress_state
@@ -23,13 +23,6 @@ router = APIRouter(tags=["model management"])
 
 LOAD_TIMEOUT_S = 300.0
 UNLOAD_TIMEOUT_S = 30.0
-
-# Engine packages and what they serve; versions are read from the installed distributions.
-CAPABILITIES = {
-    "mlx-lm": {"category": "llm", "capabilities": ["chat", "completions", "streaming", "continuous_batching", "tool_calls", "reasoning"]},
-    "mlx-audio": {"category": "audio", "capabilities": ["asr", "tts"]},
-    "mflux": {"category": "image", "capabilities": ["text_to_image", "image_to_image"]},
-}
 
 
 class LoadRequest(BaseModel):
@@ -54,7 +47,7 @@ def _check_slot(state: IngressState, slot: str) -> None:
 
 
 def _replica_view(report: dict) -> dict:
-    keys = ("replica_id", "default_model", "loaded_models", "memory", "freed_bytes", "error")
+    keys = ("replica_id", "default_model", "loaded_models", "memory", "freed_bytes", "error", "loading")
     return {k: report.get(k) for k in keys}
 
 
@@ -156,12 +149,7 @@ async def models_report(state: IngressState = Depends(ingress_state)):
 @router.get("/v1/version")
 @router.get("/version")
 async def version_info(state: IngressState = Depends(ingress_state)):
-    capabilities = {}
-    for package, info in CAPABILITIES.items():
-        try:
-            capabilities[package] = {"name": package, "version": version(package), **info}
-        except PackageNotFoundError:
-            continue
+    capabilities = registry(state.catalog.slots)
     loaded: list[dict] = []
     try:
         for slot, info in (await _control_status(state)).items():

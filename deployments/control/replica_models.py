@@ -1,0 +1,75 @@
+"""The models one slot replica holds: Serve model multiplexing plus the slot's current default.
+
+Every slot (LLM, ASR, TTS, image) keeps its engines the same way: requests that name a model
+are routed by Serve's multiplexing to replicas that already hold it, a request that names none
+gets the slot's default (set by the control plane), and an operator's unload drops them all.
+An engine is anything with `model_id`, `closed`, `shutdown()` and `thread_died()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Awaitable, Callable, Generic, Optional, Sequence, TypeVar
+
+from ray import serve
+
+from deployments.control.policy import check_model_allowed
+from deployments.protocol.errors import APIError, unavailable
+
+Engine = TypeVar("Engine")
+
+
+class ReplicaModels(Generic[Engine]):
+    def __init__(self, slot: str, load: Callable[[str], Awaitable[Engine]], max_models: int):
+        self.slot = slot
+        self._engines: weakref.WeakSet = weakref.WeakSet()
+
+        # Serve's multiplexer keeps its LRU on the decorated callable, which must accept
+        # attributes: a plain closure, not a bound method.
+        async def load_model(model_id: str) -> Engine:
+            engine = await load(model_id)
+            self._engines.add(engine)
+            return engine
+
+        self._loader = load_model
+        self.get: Callable[[str], Awaitable[Engine]] = serve.multiplexed(
+            max_num_models_per_replica=max_models
+        )(load_model)
+
+    def engines(self) -> list[Engine]:
+        return [e for e in list(self._engines) if not e.closed]
+
+    def loaded(self) -> list[str]:
+        return [e.model_id for e in self.engines()]
+
+    async def for_request(
+        self, default: Optional[str], allowed: Sequence[str], models_dir: Optional[str] = None
+    ) -> Engine:
+        """The engine for the current request: the model it names, else the slot's default."""
+        model_id = serve.get_multiplexed_model_id() or default
+        if model_id is None:
+            raise unavailable(f"The {self.slot} slot has no model loaded; load one with POST /v1/models/load")
+        if model_id != default:
+            check_model_allowed(model_id, allowed, models_dir, self.slot)
+        try:
+            return await self.get(model_id)
+        except APIError:
+            raise
+        except Exception as e:
+            raise unavailable(f"Model '{model_id}' could not be loaded: {e}") from None
+
+    async def unload_all(self) -> None:
+        # Evicting through the multiplexer calls each engine's __del__ (thread stop, cache
+        # clear); engines it no longer tracks are shut down directly.
+        wrapper = getattr(self._loader, "__serve_multiplex_wrapper", None)
+        while wrapper is not None and wrapper.models:
+            await wrapper.unload_model_lru()
+        for engine in list(self._engines):
+            await asyncio.to_thread(engine.shutdown)
+
+    def check_health(self) -> None:
+        """Raise if an engine thread died: the replica cannot serve and Serve must replace it."""
+        for engine in list(self._engines):
+            if engine.thread_died():
+                raise RuntimeError(f"{self.slot} engine thread for {engine.model_id} died")
