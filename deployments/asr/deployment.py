@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from ray import serve
 
 from deployments.asr.config import ASRSlotConfig
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
+from deployments.asr.metrics import TranscriptionMetrics
+from deployments.metrics import PerReplica
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.transcript import Transcript
@@ -85,6 +88,7 @@ class ASRSlot:
         self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
     ) -> Transcript:
         """Transcribe uploaded bytes, or a file under the configured `files_dir`."""
+        started = time.perf_counter()
         engine = await self._engine()
         options = TranscribeOptions(
             language=params.language, prompt=params.prompt,
@@ -99,6 +103,7 @@ class ASRSlot:
         result = await self._batched(_Job(engine, options, samples))
         if isinstance(result, BaseException):
             raise result
+        self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
 
     async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:
@@ -123,6 +128,12 @@ class ASRSlot:
             for i, transcript in zip(indices, transcripts):
                 results[i] = transcript
         return results
+
+    metrics = PerReplica(TranscriptionMetrics)
+
+    def metrics_summary(self) -> dict:
+        """GET /metrics: this replica's numbers per model."""
+        return {"replica": serve.get_replica_context().replica_id.unique_id, "models": self.metrics.summaries()}
 
     def stats(self) -> dict:
         """Batches seen by size, and each engine's forward-pass counters."""

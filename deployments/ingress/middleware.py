@@ -3,7 +3,9 @@ size caps enforced while reading, per-route timeouts, CORS.
 
 Pure ASGI (no Ray): each middleware gets a `settings()` callable, so the FastAPI app can be
 built once at import and still enforce the settings the running replica was bound with.
-Rejections are OpenAI-shaped JSON for HTTP, and a close before accept for WebSockets.
+Rejections are OpenAI-shaped JSON for HTTP, and for a WebSocket the same status and body as
+the answer to its upgrade request (ASGI's WebSocket denial response; Serve's proxy runs
+uvicorn, which supports it), or a close before accept (HTTP 403) on servers without it.
 """
 
 from __future__ import annotations
@@ -26,15 +28,19 @@ WS_BEARER_PROTOCOL = "bearer"
 
 
 async def send_error(scope: dict, send: Callable, error: APIError, headers: Optional[dict] = None) -> None:
-    if scope["type"] == "websocket":
-        # Closing before accept answers the handshake with HTTP 403; the reason says why.
-        await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
-        return
     body = json.dumps(error.body()).encode()
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body})
+    kind = "http"
+    if scope["type"] == "websocket":
+        if "websocket.http.response" not in (scope.get("extensions") or {}):
+            # A server without the denial extension: closing before accept answers the
+            # handshake with a bare HTTP 403.
+            await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
+            return
+        kind = "websocket.http"  # deny the upgrade with the same status and body as HTTP
+    await send({"type": f"{kind}.response.start", "status": error.status_code, "headers": raw_headers})
+    await send({"type": f"{kind}.response.body", "body": body})
 
 
 def _header(scope: dict, name: bytes) -> Optional[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
@@ -25,6 +26,8 @@ from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, TTSEngine
+from deployments.tts.metrics import SpeechMetrics
+from deployments.metrics import PerReplica
 from deployments.tts.sentences import split_sentences
 from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
 from deployments.tts.voices import (
@@ -83,11 +86,17 @@ class TTSSlot:
     # ------------------------------------------------------------------ synthesis
 
     async def synthesize(self, params: SynthesisParams) -> AsyncIterator[SpeechChunk]:
+        started = time.perf_counter()
         engine = await self._engine()
         job = await self._job(engine, params)
+        meter = self.metrics.meter(engine.model_id, len(params.text), engine.sample_rate, started)
         yield SpeechChunk(sample_rate=engine.sample_rate)
-        async for samples in engine.synthesize(job):
-            yield SpeechChunk(sample_rate=engine.sample_rate, samples=samples.astype("<f4").tobytes())
+        try:
+            async for samples in engine.synthesize(job):
+                meter.audio(len(samples))
+                yield SpeechChunk(sample_rate=engine.sample_rate, samples=samples.astype("<f4").tobytes())
+        finally:
+            meter.done()
 
     async def _job(self, engine: TTSEngine, params: SynthesisParams) -> SpeechJob:
         if len(params.text) > self.config.max_input_chars:
@@ -191,6 +200,12 @@ class TTSSlot:
         if audio.parent == managed:  # only files this server stored; never a user's own file
             audio.unlink(missing_ok=True)
         return {"name": name, "deleted": True}
+
+    metrics = PerReplica(SpeechMetrics)
+
+    def metrics_summary(self) -> dict:
+        """GET /metrics: this replica's numbers per model."""
+        return {"replica": serve.get_replica_context().replica_id.unique_id, "models": self.metrics.summaries()}
 
     def stats(self) -> dict:
         return {e.model_id: {**vars(e.stats), "pending": e.pending()} for e in self.models.engines()}

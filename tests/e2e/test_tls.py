@@ -112,3 +112,29 @@ def test_plain_http_on_the_tls_port_is_refused(tls_server):
     url, _ = tls_server
     with pytest.raises(httpx.HTTPError):
         httpx.get(url.replace("https://", "http://") + "/health", timeout=5).raise_for_status()
+
+
+async def test_wss_websocket_tts_with_the_self_signed_certificate(tls_server):
+    import json
+
+    import websockets
+
+    url, cert = tls_server
+    ws_url = url.replace("https://", "wss://") + "/ws/v1/tts"
+    async with websockets.connect(ws_url, ssl=_trust(cert), open_timeout=60) as ws:
+        assert json.loads(await ws.recv()) == {"event": "connected_success"}
+        await ws.send(json.dumps({"event": "task_start", "voice_setting": {"voice_id": "alba"}, "audio_setting": {"format": "wav"}}))
+        assert json.loads(await ws.recv())["sample_rate"] == 24000
+        await ws.send(json.dumps({"event": "task_continue", "text": "Hello over TLS. The audio is encrypted."}))
+        audio = b""
+        while True:
+            message = json.loads(await ws.recv())
+            assert message["event"] == "task_progress", message
+            if message["is_final"]:
+                break
+            audio += bytes.fromhex(message["data"]["audio"])
+        await ws.send(json.dumps({"event": "task_finish"}))
+    assert audio[:4] == b"RIFF" and len(audio) > 44 + 2400  # a WAV stream with at least 0.05 s of audio
+    with pytest.raises(Exception):  # an untrusting client refuses the self-signed certificate
+        async with websockets.connect(ws_url, ssl=ssl.create_default_context(), open_timeout=10):
+            pass

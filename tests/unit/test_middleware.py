@@ -7,8 +7,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
+from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from deployments.ingress.config import IngressSettings, RoutePolicy, hash_key
 from deployments.ingress.middleware import (
@@ -127,10 +126,12 @@ async def test_requests_beyond_the_cap_get_429_with_retry_after():
 
 def test_websocket_auth_by_header_or_bearer_subprotocol():
     tc = TestClient(make_app())
-    with pytest.raises(WebSocketDisconnect) as info:
-        with tc.websocket_connect("/ws"):
-            pass
-    assert info.value.code == 1008
+    for bad in ({}, {"headers": {"Authorization": "Bearer nope"}}, {"subprotocols": ["bearer", "nope"]}):
+        with pytest.raises(WebSocketDenialResponse) as info:  # the upgrade is answered like HTTP
+            with tc.websocket_connect("/ws", **bad):
+                pass
+        assert info.value.status_code == 401 and info.value.headers["www-authenticate"] == "Bearer"
+        assert info.value.json()["error"]["code"] == "invalid_api_key"
     with tc.websocket_connect("/ws", headers={"Authorization": "Bearer k1"}) as s:
         assert s.receive_text() == "hello"
     with tc.websocket_connect("/ws", subprotocols=["bearer", "k2"]) as s:
@@ -147,3 +148,17 @@ async def test_cors_only_for_configured_origins():
     async with client(make_app()) as c:  # no origins configured: no CORS headers at all
         r = await c.get("/health", headers={"Origin": "http://ok.example"})
         assert "access-control-allow-origin" not in r.headers
+
+
+async def test_websocket_rejection_without_the_denial_extension_closes_before_accept():
+    from deployments.ingress.middleware import send_error
+    from deployments.protocol.errors import APIError
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    error = APIError(401, "invalid api key", "authentication_error")
+    await send_error({"type": "websocket", "extensions": {}}, send, error)
+    assert sent == [{"type": "websocket.close", "code": 1008, "reason": "invalid api key"}]

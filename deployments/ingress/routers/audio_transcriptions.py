@@ -87,7 +87,7 @@ def _from_query(request: Request) -> TranscriptionParams:
 async def _from_json(request: Request) -> tuple[TranscriptionParams, Optional[bytes], Optional[str]]:
     try:
         body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise invalid_request(f"Invalid JSON body: {e}") from None
     if not isinstance(body, dict):
         raise invalid_request("The JSON body must be an object.")

@@ -54,25 +54,41 @@ class Session:
     model: Optional[str] = None
 
     def start(self, message: dict[str, Any]) -> None:
-        """Apply a task_start. As OminiX-API: a voice_setting without voice_id clears the voice."""
-        voice_setting = message.get("voice_setting")
-        if isinstance(voice_setting, dict):
-            voice = voice_setting.get("voice_id")
+        """Apply a task_start. As OminiX-API: a voice_setting without voice_id clears the voice.
+        A field of the wrong type is an error, never silently dropped."""
+        voice_setting = _object(message, "voice_setting")
+        if voice_setting is not None:
+            voice = _string(voice_setting, "voice_id", "voice_setting.voice_id")
             speed = voice_setting.get("speed", 1.0)
-            if not isinstance(speed, (int, float)) or not MIN_SPEED <= speed <= MAX_SPEED:
+            if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not MIN_SPEED <= speed <= MAX_SPEED:
                 raise SessionError(f"voice_setting.speed must be a number in [{MIN_SPEED}, {MAX_SPEED}]")
-            self.voice = voice if isinstance(voice, str) and voice else None
+            language = _string(voice_setting, "language", "voice_setting.language")
+            self.voice = voice or None
             self.speed = float(speed)
-            language = voice_setting.get("language")
-            self.language = language if isinstance(language, str) and language else self.language
-        audio_setting = message.get("audio_setting")
-        if isinstance(audio_setting, dict) and "format" in audio_setting:
+            self.language = language or self.language
+        audio_setting = _object(message, "audio_setting")
+        if audio_setting is not None and "format" in audio_setting:
             fmt = str(audio_setting["format"]).lower()
             if fmt not in WS_FORMATS:
                 raise SessionError(f"Unsupported audio format: {fmt} (use {' or '.join(WS_FORMATS)})")
             self.format = fmt
-        if isinstance(message.get("model"), str):
-            self.model = message["model"]
+        model = _string(message, "model", "model")
+        if model:
+            self.model = model
+
+
+def _object(message: dict[str, Any], field: str) -> Optional[dict[str, Any]]:
+    value = message.get(field)
+    if value is not None and not isinstance(value, dict):
+        raise SessionError(f"'{field}' must be an object")
+    return value
+
+
+def _string(message: dict[str, Any], field: str, name: str) -> Optional[str]:
+    value = message.get(field)
+    if value is not None and not isinstance(value, str):
+        raise SessionError(f"'{name}' must be a string")
+    return value
 
 
 @router.websocket("/ws/v1/tts")
@@ -105,10 +121,12 @@ async def _serve_session(websocket: WebSocket, state: IngressState) -> None:
         if raw["type"] == "websocket.disconnect":
             return
         if raw.get("text") is None:
-            continue  # binary frames are ignored, as in OminiX-API
+            # OminiX-API drops binary frames silently; a client that sends one has a bug: say so.
+            await _error(websocket, "Binary frames are not supported: send JSON text frames")
+            continue
         try:
             message = json.loads(raw["text"])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
             await _error(websocket, "Invalid JSON")
             continue
         event = message.get("event") if isinstance(message, dict) else None
@@ -153,7 +171,7 @@ async def _synthesize(
         raise SessionError("Missing 'text' field")
     if len(text) > max_chars:
         raise SessionError(f"Text too long: {len(text)} characters (maximum {max_chars})")
-    voice = message.get("voice_id") if isinstance(message.get("voice_id"), str) else session.voice
+    voice = _string(message, "voice_id", "voice_id") or session.voice
     params = SynthesisParams(text=text, voice=voice, speed=session.speed, language=session.language)
     try:
         model = state.catalog.resolve("tts", session.model)
