@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# mflux (image slot) on Linux: its metadata pins MLX's CUDA build, so it goes in without its
+# dependencies; pyproject.toml lists them (and pins the version, read here). README, "Images".
+MFLUX := $(shell sed -n 's/.*"\(mflux==[^;"]*\).*/\1/p' pyproject.toml | head -n 1)
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
@@ -16,6 +19,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	@if [ "$$(uname -s)" = Linux ]; then \
+		echo "Installing $(MFLUX) without its dependencies (Linux: keep MLX's CPU build)"; \
+		$(VENV)/bin/python -m pip install --quiet --no-deps '$(MFLUX)'; fi
 	@touch $(STAMP)
 
 # serve run serve_config.yaml, with OminiX's PORT / OMINIX_API_HOST / OMINIX_TLS_* applied.

@@ -54,8 +54,8 @@ class BenchCluster:
         from graphs.config import GraphArgs
         from graphs.omni import build_graph
 
-        full = {"cache_dir": str(self.cache_dir), "llm": {"enabled": False}, "asr": {"enabled": False},
-                "tts": {"enabled": False}, "security": {"max_concurrent_requests": 256}, **args}
+        off = {slot: {"enabled": False} for slot in GraphArgs.model_fields if slot in ("llm", "asr", "tts", "image")}
+        full = {"cache_dir": str(self.cache_dir), **off, "security": {"max_concurrent_requests": 256}, **args}
         config = GraphArgs.model_validate(full)  # no env overrides: the benchmark decides
         serve.run(build_graph(config, options or {}), name=name, route_prefix=f"/{name}")
         return self.url(f"/{name}")

@@ -8,6 +8,7 @@ without relearning: LLM_MODEL sets the LLM slot's default model. The HTTP port i
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,8 @@ from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, 
 from deployments.ingress.config import IngressSettings, hash_key
 from deployments.asr.config import ASRSlotConfig, parse_mode
 from deployments.control.policy import SlotModelsConfig
+from deployments.hub import default_cache_dir
+from deployments.image.config import ImageSlotConfig
 from deployments.llm.config import LLMSlotConfig
 from deployments.tts.config import TTSSlotConfig
 
@@ -57,6 +60,7 @@ class GraphArgs(BaseModel):
     )
     asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
     tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
+    image: ImageSlotConfig = Field(default_factory=ImageSlotConfig)
     manifest: Optional[str] = Field(
         None, description="App manifest (ominix.toml) checked at start-up (env OMINIX_APP_MANIFEST)"
     )
@@ -73,6 +77,9 @@ class GraphArgs(BaseModel):
             config.llm.default_model = llm_model
         _asr_env(config.asr, environ)
         _apply_tts_env(config.tts, environ)
+        image_model = environ.get("IMAGE_MODEL", "").strip()
+        if image_model:  # OminiX-API's IMAGE_MODEL=flux|zimage, or a repo id / directory
+            config.image.default_model = config.image.resolve_alias(image_model)
         cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
         if cache_dir:
             config.cache_dir = cache_dir
@@ -120,18 +127,25 @@ class GraphArgs(BaseModel):
 
     def catalog(self) -> dict[str, dict]:
         """slot -> its allowed model ids (default first) and models directory, for the ingress."""
-        return {
+        slots = {
             slot: {"models": config.allowed_models(), "models_dir": config.models_dir}
             for slot, config in self.slots().items()
         }
+        if "image" in slots:  # quantized copies live in its models directory; OminiX-API's aliases
+            slots["image"]["models_dir"] = str(self.image.models_root(self.resolved_cache_dir()))
+            slots["image"]["aliases"] = {k.lower(): v for k, v in self.image.aliases.items()}
+        return slots
+
+    def resolved_cache_dir(self):
+        return Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()
 
     def defaults(self) -> dict[str, str]:
         """slot -> its configured default model: where the control plane starts each slot."""
         return {slot: config.default_model for slot, config in self.slots().items()}
 
     def slots(self) -> dict[str, SlotModelsConfig]:
-        """The enabled model slots by name (llm, asr, tts)."""
-        candidates = {"llm": self.llm, "asr": self.asr, "tts": self.tts}
+        """The enabled model slots by name (llm, asr, tts, image)."""
+        candidates = {"llm": self.llm, "asr": self.asr, "tts": self.tts, "image": self.image}
         return {slot: config for slot, config in candidates.items() if config.enabled}
 
 

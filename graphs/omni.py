@@ -15,7 +15,8 @@ from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
 from deployments.control.capabilities import categories, registry
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
-from deployments.hub import ModelUnavailable, check_model_available
+from deployments.hub import ModelUnavailable, check_model_available, looks_like_repo_id
+from deployments.image.deployment import BUILTIN_IMAGE_MODELS, ImageSlot
 from deployments.ingress.deployment import Ingress
 from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
 from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
@@ -63,11 +64,18 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         tts = TTSSlot.options(**options.get("TTS", {})).bind(
             config.tts.model_dump(), cache_dir=config.cache_dir, control=control
         )
+    image = None
+    if config.image.enabled:
+        image = ImageSlot.options(**options.get("Image", {})).bind(
+            config.image.model_dump(), cache_dir=config.cache_dir, control=control
+        )
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
-    return ingress.bind(config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, **cuda)
+    return ingress.bind(
+        config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, image=image, **cuda
+    )
 
 
 def check_app_manifest(config: GraphArgs) -> None:
@@ -91,14 +99,26 @@ def _serve_http_host() -> Optional[str]:
         return None
 
 
-BUILTIN_MODELS = {"llm": BUILTIN_LLMS, "asr": BUILTIN_ASR_MODELS, "tts": BUILTIN_TTS}
+BUILTIN_MODELS = {"llm": BUILTIN_LLMS, "asr": BUILTIN_ASR_MODELS, "tts": BUILTIN_TTS, "image": BUILTIN_IMAGE_MODELS}
 
 
 def _check_models(config: GraphArgs) -> None:
     """Fail start-up, naming the slot, when a default model is neither built in, local nor reachable."""
     for slot, slot_config in config.slots().items():
+        if slot == "image" and _cached_diffusers_repo(slot_config.default_model):
+            continue
         try:
             check_model_available(slot_config.default_model, builtins=BUILTIN_MODELS[slot])
         except ModelUnavailable as e:
             logger.error("%s slot: %s", slot.upper(), e)
             raise ModelUnavailable(f"{slot.upper()} slot cannot start: {e}") from None
+
+
+def _cached_diffusers_repo(model: str) -> bool:
+    """Diffusers-layout repos (FLUX.2-klein, Z-Image) keep model_index.json at their root, not
+    the config.json the shared check looks for in the cache."""
+    if not looks_like_repo_id(model):
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(model, "model_index.json"), str)

@@ -19,6 +19,7 @@ from deployments.ingress.routers import (
     chat,
     completions,
     health,
+    images,
     metrics,
     model_admin,
     models,
@@ -45,6 +46,7 @@ def create_app(settings=_replica_settings) -> FastAPI:
         app.include_router(router)
     for router in (audio_transcriptions.router, audio_speech.router, voices.router, ws_tts.router):
         app.include_router(router)
+    app.include_router(images.router)
     # Added last = runs first: metrics, CORS, auth, the cap, body size, timeout, the routes.
     for middleware in (RouteTimeout, BodySizeLimit, ConcurrencyLimit, ApiKeyAuth, DynamicCORS):
         app.add_middleware(middleware, settings=settings)

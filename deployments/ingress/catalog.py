@@ -18,6 +18,7 @@ SLOT_ENDPOINTS = {
     "llm": ["/v1/chat/completions", "/v1/completions"],
     "asr": ["/v1/audio/transcriptions"],
     "tts": ["/v1/audio/speech", "/v1/audio/speech/clone", "/ws/v1/tts"],
+    "image": ["/v1/images/generations"],
 }
 
 
@@ -25,6 +26,7 @@ SLOT_ENDPOINTS = {
 class SlotModels:
     models: list[str]  # the configured allow-list, the configured default first
     models_dir: Optional[str] = None
+    aliases: dict[str, str] = field(default_factory=dict)  # short name (lower case) -> model id
 
 
 @dataclass
@@ -41,11 +43,22 @@ class ModelCatalog:
             raise model_not_found(model or "(none)", self.all_ids())
         if not model:
             return None
+        model = self.canonical(slot, model)
         self.check_loadable(slot, model, not_found=True)
         return model
 
+    def canonical(self, slot: str, model: str) -> str:
+        """The model id behind an alias (OminiX-API's image names `flux`, `zimage`), else `model`."""
+        spec = self.slots.get(slot)
+        return spec.aliases.get(model.lower(), model) if spec else model
+
+    def ids(self, slot: str) -> list[str]:
+        spec = self.slots.get(slot)
+        return list(spec.models) if spec else []
+
     def check_loadable(self, slot: str, model: str, not_found: bool = False) -> None:
         spec = self.slots[slot]
+        model = self.canonical(slot, model)
         try:
             check_model_allowed(model, spec.models, spec.models_dir, slot)
         except APIError as e:

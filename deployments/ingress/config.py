@@ -25,6 +25,7 @@ DEFAULT_ROUTE_POLICIES: list[tuple[str, int, Optional[float]]] = [
     ("/v1/images/", 10 * MiB, 600.0),
     ("/v1/voices", 10 * MiB, 60.0),
     ("/v1/models/load", 64 * 1024, 300.0),
+    ("/v1/models/quantize", 64 * 1024, 600.0),  # loads and rewrites a whole image model
     ("/v1/models/unload", 64 * 1024, 30.0),
     ("/ws/", 1 * MiB, None),  # WebSockets have their own idle timeout
     ("", 1 * MiB, 60.0),

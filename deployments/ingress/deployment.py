@@ -29,6 +29,7 @@ class Ingress:
         llm: Optional[DeploymentHandle] = None,
         asr: Optional[DeploymentHandle] = None,
         tts: Optional[DeploymentHandle] = None,
+        image: Optional[DeploymentHandle] = None,
         cuda: Optional[DeploymentHandle] = None,
         cuda_models: tuple[str, ...] = (),
     ):
@@ -39,6 +40,7 @@ class Ingress:
             llm=llm,
             asr=asr,
             tts=tts,
+            image=image,
             cuda=cuda,
             cuda_models=frozenset(cuda_models),
         )

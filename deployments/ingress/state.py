@@ -20,6 +20,7 @@ class IngressState:
     llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
     tts: Optional[Any] = None  # DeploymentHandle of the TTS slot, when it is bound
     asr: Optional[Any] = None  # DeploymentHandle of the ASR slot, when it is bound
+    image: Optional[Any] = None  # DeploymentHandle of the image slot, when it is bound
     cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)
 

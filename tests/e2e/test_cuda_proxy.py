@@ -47,6 +47,7 @@ def cuda_url(server, worker, cache_dir):
         "cache_dir": str(cache_dir),
         "asr": {"enabled": False},  # the audio slots have nothing to do with this route
         "tts": {"enabled": False},
+        "image": {"enabled": False},
         "cuda": {
             "scheduler_url": worker.url,
             "scheduler_token": worker.token,

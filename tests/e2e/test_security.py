@@ -23,7 +23,7 @@ def keyed_url(server, cache_dir):
     from graphs.omni import build_app
 
     off = {"enabled": False}  # the keys need no model; the TTS slot is there for the WebSocket
-    app = build_app({"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": off, "asr": off})
+    app = build_app({"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": off, "asr": off, "image": off})
     serve.run(app, name="keyed", route_prefix="/keyed", blocking=False)
     url = f"{server}/keyed"
     for _ in range(120):

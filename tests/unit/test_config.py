@@ -22,6 +22,7 @@ def test_shipped_config_validates_and_serves_the_tiny_model():
     # Every enabled slot starts under the control plane with its configured default.
     assert config.defaults() == {
         "llm": "ominix-tiny-qwen3", "asr": "whisper-tiny.en", "tts": "ominix-tiny-pocket-tts",
+        "image": "ominix-tiny-flux2-klein",
     }
 
 
@@ -42,7 +43,7 @@ def test_typos_in_args_are_rejected():
 
 def test_disabled_slot_is_neither_in_the_catalog_nor_under_control():
     config = GraphArgs.from_args({"asr": {"enabled": False}}, environ={"TTS_MODEL": "my/tts"})
-    assert set(config.defaults()) == {"llm", "tts"}
+    assert set(config.defaults()) == {"llm", "tts", "image"}
     assert config.defaults()["tts"] == "my/tts"
 
 

@@ -122,7 +122,9 @@ def test_registry_covers_only_enabled_slots_with_installed_engines():
 
 def test_the_graph_checks_the_manifest_named_by_env(tmp_path):
     bad = write(tmp_path, '[app]\nname = "needs-image"\n[requires]\nimage = ">=0.1"\n')
-    config = GraphArgs.from_args({"asr": {"enabled": False}}, environ={"OMINIX_APP_MANIFEST": bad})
+    config = GraphArgs.from_args(
+        {"asr": {"enabled": False}, "image": {"enabled": False}}, environ={"OMINIX_APP_MANIFEST": bad}
+    )
     assert config.manifest == bad
     with pytest.raises(ManifestError, match="Required capability 'image' is not available"):
         check_app_manifest(config)
@@ -147,6 +149,7 @@ image = ">=0.1"
 llm = { capabilities = { vision = true } }
 """)
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    config["applications"][0]["args"]["image"]["enabled"] = False  # the image slot is what is missing
     config_path = tmp_path / "serve_config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "OMINIX_SERVE_CONFIG": str(config_path), "OMINIX_APP_MANIFEST": manifest}

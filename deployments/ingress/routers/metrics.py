@@ -2,7 +2,8 @@
 
 Prometheus scrapes the same numbers (and Ray Serve's own) from Ray's metrics export; this route
 is for people and scripts. Counts are per ingress replica; each slot's numbers come from the
-one replica of that slot that answers the call (ASR and TTS name it: `replica`).
+one replica of that slot that answers the call (ASR and TTS name it: `replica`); the image
+slot's include the running generation's progress.
 """
 
 import asyncio
@@ -14,7 +15,7 @@ from deployments.ingress.state import IngressState, ingress_state
 router = APIRouter(tags=["metrics"])
 
 # The slot method that reports its numbers (the LLM's stats carry its engines' counts too).
-SLOT_SUMMARIES = {"llm": "stats", "asr": "metrics_summary", "tts": "metrics_summary"}
+SLOT_SUMMARIES = {"llm": "stats", "asr": "metrics_summary", "tts": "metrics_summary", "image": "stats"}
 
 
 @router.get("/metrics")

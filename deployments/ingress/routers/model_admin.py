@@ -105,20 +105,21 @@ async def models_status(state: IngressState = Depends(ingress_state)):
 async def load_model(request: LoadRequest, state: IngressState = Depends(ingress_state)):
     slot = request.model_type
     _check_slot(state, slot)
-    state.catalog.check_loadable(slot, request.model)
+    model = state.catalog.canonical(slot, request.model)  # OminiX-API's `flux` / `zimage`
+    state.catalog.check_loadable(slot, model)
     previous = (await _control_status(state))[slot]["desired"]
-    desired = await state.control.set_desired.remote(slot, LOADED, request.model)
+    desired = await state.control.set_desired.remote(slot, LOADED, model)
     replicas = await state.control.wait_applied.remote(slot, desired.epoch, LOAD_TIMEOUT_S)
-    failed = [r for r in replicas if r.error or r.default_model != request.model]
+    failed = [r for r in replicas if r.error or r.default_model != model]
     if failed or not replicas:
         # Keep the slot's desired state truthful: the previous model goes on serving.
         if previous["state"] == LOADED:
             await state.control.set_desired.remote(slot, LOADED, previous["model"])
         detail = "; ".join(f"{r.replica_id}: {r.error or 'not loaded'}" for r in failed) or "no replica answered"
-        raise server_error(f"Loading '{request.model}' failed ({detail}); {previous['model']} keeps serving")
+        raise server_error(f"Loading '{model}' failed ({detail}); {previous['model']} keeps serving")
     return {
         "status": "success",
-        "model": request.model,
+        "model": model,
         "model_type": slot,
         "replicas": [_replica_view(r.model_dump()) for r in replicas],
     }

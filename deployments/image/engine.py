@@ -1,0 +1,278 @@
+"""The image engine: one mflux pipeline and the one thread that owns it.
+
+Requests arrive from the replica's asyncio loop as `ImageJob`s; the engine thread runs them one
+at a time (a diffusion step already uses every core MLX is given; concurrency comes from more
+replicas). A callback registered on the pipeline reports each denoising step: it logs
+progress, updates the job's progress (the slot's stats and GET /metrics show it) and stops a
+job whose client went away. Quantization (POST /v1/models/quantize) runs on the same thread,
+so it never races a generation for MLX.
+
+No Ray here: the Serve deployment is a thin wrapper around this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from deployments.engine_thread import STOP, EngineThread
+from deployments.image.codec import encode_image
+from deployments.image.families import ImageFamily, img2img_keep
+from deployments.protocol.errors import APIError, invalid_request, server_error
+
+logger = logging.getLogger("ray.serve")
+
+
+class _Cancelled(Exception):
+    """Raised inside mflux's denoising loop when the request was abandoned."""
+
+
+@dataclass
+class ImageJob:
+    """One request: n images of one prompt, seeds seed, seed+1, ... Built by the deployment."""
+
+    prompt: str
+    width: int
+    height: int
+    seeds: list[int]
+    steps: int
+    guidance: Optional[float] = None
+    negative_prompt: Optional[str] = None
+    init_image: Any = None  # img2img: an RGB PIL image
+    strength: float = 0.75
+    output_format: str = "png"
+    output_compression: Optional[int] = None
+    # progress, written by the engine thread
+    image_index: int = 0
+    step: int = 0
+    total_steps: int = 0
+    started_at: Optional[float] = None
+    cancelled: bool = False
+    loop: Optional[asyncio.AbstractEventLoop] = None
+    future: Optional[asyncio.Future] = None
+
+    def progress(self) -> dict[str, Any]:
+        return {
+            "image": self.image_index + 1, "images": len(self.seeds), "step": self.step,
+            "steps": self.total_steps, "width": self.width, "height": self.height,
+            "elapsed_s": round(time.time() - self.started_at, 2) if self.started_at else 0.0,
+        }
+
+
+@dataclass
+class _Call:
+    """Other work for the engine thread (quantization)."""
+
+    fn: Callable[[], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    cancelled: bool = False
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    images: int = 0
+    steps: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    seconds: float = 0.0
+
+
+class ImageEngine(EngineThread):
+    """Owns one pipeline. Create with `await ImageEngine.start(...)`, release with `shutdown()`."""
+
+    kind = "image"
+
+    def __init__(self, model_id: str, model_dir: Path):
+        super().__init__(model_id, model_dir)
+        self.family: Optional[ImageFamily] = None
+        self.bits: Optional[int] = None
+        self.stats = EngineStats()
+        self.current: Optional[ImageJob] = None
+        self._pipeline = None
+        self._aborting = False
+
+    # ------------------------------------------------------------------ asyncio side
+
+    def default_steps(self) -> int:
+        return self.family.default_steps
+
+    def check_job(self, job: ImageJob) -> None:
+        """400 for options this model cannot honour (never silently ignored)."""
+        family = self.family
+        if job.negative_prompt and not family.negative_prompt:
+            raise invalid_request(
+                f"Model '{self.model_id}' ({family.name}) does not take a negative_prompt", "negative_prompt"
+            )
+        if job.guidance is not None and not family.guidance:
+            raise invalid_request(
+                f"Model '{self.model_id}' ({family.name}) is guidance-distilled and does not take 'guidance'",
+                "guidance",
+            )
+
+    async def generate(self, job: ImageJob) -> list[bytes]:
+        """The job's images, encoded. Cancelling the awaiting task stops the job at its next step."""
+        return await self._submit(job)
+
+    async def run(self, fn: Callable[[Any], Any]) -> Any:
+        """Run `fn(pipeline)` on the engine thread, between generations."""
+        loop = asyncio.get_running_loop()
+        return await self._submit(_Call(lambda: fn(self._pipeline), loop, loop.create_future()))
+
+    async def _submit(self, item):
+        self._ensure_open()
+        if item.future is None:
+            item.loop = asyncio.get_running_loop()
+            item.future = item.loop.create_future()
+        self._inbox.put(item)
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            item.cancelled = True  # read by the engine thread at every step
+            raise
+
+    def progress(self) -> Optional[dict[str, Any]]:
+        job = self.current
+        return job.progress() if job is not None else None
+
+    def abort_running(self) -> None:
+        """Stop the running generation at its next step: an operator's unload does not wait.
+        (`shutdown` alone, which Serve's LRU eviction calls, lets it finish: a request for
+        another model must not kill a generation already running.)"""
+        self._aborting = True
+        job = self.current
+        if job is not None:
+            job.cancelled = True
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _serve(self) -> None:
+        while True:
+            item = self._inbox.get()
+            if item is STOP:
+                return
+            if item.cancelled:
+                continue
+            if self._aborting:
+                _resolve(item, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+            elif isinstance(item, ImageJob):
+                self._run_job(item)
+            else:
+                self._run_call(item)
+
+    def _fail_queued(self, item: Any, error: APIError) -> None:
+        _resolve(item, error)
+
+    def _release(self) -> None:
+        self._pipeline = None
+
+    def _load(self) -> None:
+        from deployments.image.pipelines import load_pipeline
+
+        t0 = time.perf_counter()
+        self.family, self._pipeline = load_pipeline(self.model_id, self.model_dir)
+        self.bits = getattr(self._pipeline, "bits", None)
+        self._pipeline.callbacks.register(_StepReporter(self))
+        logger.info(
+            "Loaded image model %s (%s, %s) from %s in %.1fs", self.model_id, self.family.name,
+            f"{self.bits}-bit" if self.bits else "unquantized", self.model_dir, time.perf_counter() - t0,
+        )
+
+    def _run_job(self, job: ImageJob) -> None:
+        self.stats.requests += 1
+        self.current, job.started_at = job, time.time()
+        t0 = time.perf_counter()
+        try:
+            images = []
+            for index, seed in enumerate(job.seeds):
+                job.image_index, job.step = index, 0
+                image = self._pipeline.generate_image(**self._generate_kwargs(job, seed)).image
+                images.append(encode_image(image, job.output_format, job.output_compression))
+                self.stats.images += 1
+            self.stats.seconds += time.perf_counter() - t0
+            logger.info(
+                "Image %s: %d image(s) %dx%d, %d steps in %.1fs", self.model_id, len(images),
+                job.width, job.height, job.steps, time.perf_counter() - t0,
+            )
+            _resolve(job, images)
+        except _Cancelled:
+            self.stats.cancelled += 1
+            logger.info("Image %s: request abandoned at image %d step %d", self.model_id, job.image_index + 1, job.step)
+            if self._aborting:
+                _resolve(job, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+            else:
+                _resolve(job, APIError(499, "The client went away", "cancelled"))
+        except Exception as e:  # never let one bad request kill the replica
+            logger.exception("Image generation failed")
+            self.stats.failed += 1
+            _resolve(job, server_error(f"Image generation failed: {type(e).__name__}: {e}"))
+        finally:
+            self.current = None
+
+    def _generate_kwargs(self, job: ImageJob, seed: int) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(
+            seed=seed, prompt=job.prompt, num_inference_steps=job.steps, width=job.width, height=job.height,
+        )
+        guidance = job.guidance if job.guidance is not None else self.family.default_guidance
+        if guidance is not None:
+            kwargs["guidance"] = guidance
+        if job.negative_prompt:
+            kwargs["negative_prompt"] = job.negative_prompt
+        if job.init_image is not None:
+            kwargs["image_path"] = job.init_image  # mflux accepts a PIL image here too
+            kwargs["image_strength"] = img2img_keep(job.strength)
+        return kwargs
+
+    def _run_call(self, call: _Call) -> None:
+        try:
+            _resolve(call, call.fn())
+        except Exception as e:
+            _resolve(call, e)
+
+    def on_step(self, t: int, config: Any) -> None:
+        """Called by mflux after every denoising step (t counts from the img2img start)."""
+        job = self.current
+        if job is None:
+            return
+        if job.cancelled:
+            raise _Cancelled()
+        start = config.init_time_step
+        job.total_steps = config.num_inference_steps - start
+        job.step = t - start + 1
+        self.stats.steps += 1
+        logger.info(
+            "Image %s: image %d/%d step %d/%d (%.1fs)", self.model_id, job.image_index + 1, len(job.seeds),
+            job.step, job.total_steps, time.time() - job.started_at,
+        )
+
+
+class _StepReporter:
+    """mflux in-loop callback (duck-typed: mflux checks for `call_in_loop`)."""
+
+    def __init__(self, engine: ImageEngine):
+        self._engine = engine
+
+    def call_in_loop(self, t, seed, prompt, latents, config, time_steps) -> None:
+        import mlx.core as mx
+
+        # mflux evaluates the step's lazy graph right after this call; evaluating it here
+        # instead costs nothing extra and makes the reported step one that has really run.
+        mx.eval(latents)
+        self._engine.on_step(t, config)
+
+
+def _resolve(item, result) -> None:
+    def settle():
+        if item.future.done():
+            return
+        if isinstance(result, BaseException):
+            item.future.set_exception(result)
+        else:
+            item.future.set_result(result)
+
+    item.loop.call_soon_threadsafe(settle)
