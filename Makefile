@@ -1,4 +1,5 @@
-# Two commands: `make serve` runs the graph, `make test` runs the whole test suite.
+# `make serve` runs the graph, `make test` runs the whole test suite, `make bench` the benchmarks
+# (BENCH_ARGS=--quick for a few minutes; results in bench/results/, see README "Performance").
 # Both create .venv at the repo root on first use (Python 3.11+; PYTHON=python3.12 to choose).
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,9 @@ STAMP := $(VENV)/.installed
 # dependencies; pyproject.toml lists them (and pins the version, read here). README, "Images".
 MFLUX := $(shell sed -n 's/.*"\(mflux==[^;"]*\).*/\1/p' pyproject.toml | head -n 1)
 
-.PHONY: setup serve test clean
+BENCH_STAMP := $(VENV)/.bench-installed
+
+.PHONY: setup serve test bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +30,13 @@ serve: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest
+
+$(BENCH_STAMP): $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet -e '.[test,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(VENV)/bin/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

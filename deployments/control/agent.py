@@ -23,11 +23,27 @@ REPORT_WHILE_LOADING_S = 2.0  # a download can take minutes: status shows its pr
 def memory_snapshot() -> dict[str, int]:
     import mlx.core as mx
 
-    return {
+    snapshot = {
         "mlx_active_bytes": int(mx.get_active_memory()),
         "mlx_cache_bytes": int(mx.get_cache_memory()),
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
+    rss = current_rss_bytes()
+    if rss is not None:  # the peak above never comes down after an unload; this does
+        snapshot["rss_bytes"] = rss
+    return snapshot
+
+
+def current_rss_bytes(status_file: str = "/proc/self/status") -> Optional[int]:
+    """This process's resident memory now (Linux); None where /proc is not there (macOS)."""
+    try:
+        with open(status_file) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 class SlotAgent:

@@ -54,6 +54,7 @@ class SamplingParams:
     logit_bias: Optional[dict[int, float]] = None
     seed: Optional[int] = None
     stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
 
     @classmethod
     def from_request(
@@ -75,6 +76,7 @@ class SamplingParams:
             logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()} or None,
             seed=request.seed,
             stop=request.stop_list(),
+            ignore_eos=request.ignore_eos,
         )
 
 
@@ -302,12 +304,13 @@ class LLMEngine(EngineThread):
             stop=seq.params.stop, think=think, tool_call=tool_call, initial_state=seq.prompt.initial_state
         )
         seq.detokenizer = tok.detokenizer
+        eos = [] if seq.params.ignore_eos else [(t,) for t in tok.eos_token_ids]
         (seq.uid,) = self._batch.insert(
             [seq.prompt.token_ids],
             max_tokens=[seq.params.max_tokens],
             samplers=[_make_sampler(seq.params)],
             logits_processors=[_make_logits_processors(seq.params)],
-            stop_sequences=[StopSequences([(t,) for t in tok.eos_token_ids])],
+            stop_sequences=[StopSequences(eos)],
         )
 
     def _on_token(self, seq: _Sequence, token: int, finish_reason: Optional[str]) -> object:

@@ -102,27 +102,27 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-def _write_tokenizer(out: Path) -> None:
+def _write_tokenizer(out: Path, config: dict = MODEL_CONFIG) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=MODEL_CONFIG["vocab_size"],
+        vocab_size=min(config["vocab_size"], MODEL_CONFIG["vocab_size"]),
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator(_training_corpus(), trainer=trainer)
-    assert tokenizer.get_vocab_size() <= MODEL_CONFIG["vocab_size"]
-    assert tokenizer.token_to_id("<|im_end|>") == MODEL_CONFIG["eos_token_id"]
+    assert tokenizer.get_vocab_size() <= config["vocab_size"]
+    assert tokenizer.token_to_id("<|im_end|>") == config["eos_token_id"]
     tokenizer.save(str(out / "tokenizer.json"))
 
     template = (Path(__file__).parent / "templates" / "qwen3_chat_template.jinja").read_text()
-    config = {
+    tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": MODEL_CONFIG["max_position_embeddings"],
+        "model_max_length": config["max_position_embeddings"],
         "bos_token": None,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
@@ -131,19 +131,21 @@ def _write_tokenizer(out: Path) -> None:
         "clean_up_tokenization_spaces": False,
         "chat_template": template,
     }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (out / "special_tokens_map.json").write_text(
         json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
     )
 
 
-def _write_weights(out: Path) -> None:
+def _write_weights(out: Path, config: dict = MODEL_CONFIG, zero_logit_tokens: tuple[int, ...] = ()) -> None:
+    """Random weights for `config`. Tokens in `zero_logit_tokens` get an all-zero output row
+    (needs untied embeddings): their logit is always 0, below the greedy winner."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models.qwen3 import Model, ModelArgs
 
     mx.random.seed(0)
-    model = Model(ModelArgs.from_dict(MODEL_CONFIG))
+    model = Model(ModelArgs.from_dict(config))
     # Scale weights up from the default init so greedy decoding has clear winners:
     # with near-flat logits, float rounding differences between a batched and a single
     # forward pass could flip an argmax, and batching must not change greedy output.
@@ -155,4 +157,9 @@ def _write_weights(out: Path) -> None:
             fan_in = value.shape[-1]
             key = mx.random.key(i)
             params[name] = mx.random.normal(value.shape, key=key) * (2.0 / fan_in**0.5)
+    if zero_logit_tokens:
+        head = params["lm_head.weight"]
+        rows = mx.array(list(zero_logit_tokens))
+        head[rows] = 0.0
+        params["lm_head.weight"] = head
     mx.save_safetensors(str(out / "model.safetensors"), params, metadata={"format": "mlx"})

@@ -136,6 +136,9 @@ class SamplingRequest(RequestModel):
     logit_bias: Optional[dict[str, float]] = None
     seed: Optional[int] = None
     stop: Union[str, list[str], None] = None
+    # vLLM's extension: keep generating past end-of-sequence tokens until max_tokens
+    # (benchmarks use it so every request does the same work).
+    ignore_eos: bool = False
     n: int = 1
     stream: bool = False
     stream_options: Optional[StreamOptions] = None

@@ -79,3 +79,13 @@ async def test_chat_prompt_matches_the_template_and_thinking_state(engine):
     prompt = chat_prompt(tok, request)
     assert prompt.token_ids == tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False)
     assert prompt.initial_state == "normal"
+
+
+async def test_ignore_eos_generates_up_to_max_tokens(engine):
+    # A huge bias makes the end-of-sequence token win every step.
+    eos = {str(t): 100.0 for t in engine.tokenizer.eos_token_ids}
+    kw = dict(max_tokens=12, temperature=0, logit_bias=eos)
+    _, stopped = await complete(engine, "hello", **kw)
+    assert stopped.finish_reason == "stop" and stopped.usage.completion_tokens == 1
+    _, kept_going = await complete(engine, "hello", ignore_eos=True, **kw)
+    assert kept_going.finish_reason == "length" and kept_going.usage.completion_tokens == 12

@@ -3,27 +3,21 @@ straight to a worker-v0 shim, through the Ray-free shim client (which probes rea
 every request), and through the Serve graph (ingress -> CudaProxy -> worker).
 
 The worker is the test suite's fake shim on loopback, so the numbers are the proxy's own cost,
-not GPU time. Starts a private Ray cluster; writes bench/results/cuda_proxy_overhead.json.
+not GPU time. Not in the default set of scenarios (it measures no model):
 
-    .venv/bin/python bench/cuda_proxy_overhead.py [--requests 50] [--concurrency 16]
+    .venv/bin/python -m bench --scenarios cuda_proxy
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.fake_worker import FakeWorker, free_port  # noqa: E402
+from tests.fake_worker import FakeWorker
 
 PUBLIC, SERVED = "qwen3-8b-cuda", "Qwen/Qwen3-8B"
 PING = [{"role": "user", "content": "ping"}]
@@ -109,44 +103,29 @@ async def measure(worker: FakeWorker, base_url: str, n: int, concurrency: int) -
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, default=16)
-    opts = parser.parse_args()
-
-    import ray
-    from ray import serve
-
-    from graphs.omni import build_app
-
+async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
     worker = FakeWorker(served_model=SERVED).start()
-    port = free_port()
-    ray.init(include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        args = {
-            "llm": {"enabled": False},
-            "cuda": {
-                "scheduler_url": worker.url,
-                "scheduler_token": worker.token,
-                "scheduler_models": [PUBLIC],
-                "served_model": SERVED,
-            },
-        }
-        serve.run(build_app(args), name="ominix", route_prefix="/")
-        concurrency = opts.concurrency
-        results = asyncio.run(measure(worker, f"http://127.0.0.1:{port}", opts.requests, concurrency))
+        args = {"scheduler_url": worker.url, "scheduler_token": worker.token,
+                "scheduler_models": [PUBLIC], "served_model": SERVED}
+        url = cluster.deploy("bench-cuda", {"cuda": args})
+        progress("cuda_proxy: graph with the CUDA route is up")
+        n = 5 if opts.smoke else 50
+        results = await measure(worker, url, n, 16)
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        cluster.delete("bench-cuda")
         worker.stop()
-    report = {"what": "CUDA route overhead against a loopback fake worker-v0 shim", "results": results}
-    out = ROOT / "bench" / "results" / "cuda_proxy_overhead.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    return {"what": "CUDA route overhead against a loopback fake worker-v0 shim", "results": results}
 
 
-if __name__ == "__main__":
-    main()
+def render(result: dict) -> str:
+    from bench.report import table
+
+    rows = [[name, m["p50_ms"], m["p90_ms"], m["mean_ms"]] for name, m in result["results"].items() if "p50_ms" in m]
+    c = result["results"]["graph_concurrent"]
+    return table(["path", "p50 ms", "p90 ms", "mean ms"], rows) + \
+        f"\n\n{c['requests']} requests, {c['concurrency']} at a time through the graph: {c['requests_per_s']} requests/s"
+
+
+def plot(result: dict, path: Path):
+    return None  # a latency table says it all

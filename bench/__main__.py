@@ -1,0 +1,101 @@
+"""Run the benchmarks: `python -m bench [--quick | --smoke] [--scenarios llm,asr,tts,memory]`.
+
+Each scenario writes <out>/<scenario>.json (with the machine's description) and a PNG next to
+it, and prints its table. See the README's Performance section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
+EXTRA_SCENARIOS = ("cuda_proxy",)  # on request: what the remote-CUDA route adds (no model)
+PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
+    "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 16, "asr_rounds": 3, "asr_utterances": 2},
+    "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 8, "asr_rounds": 1, "asr_utterances": 1},
+    "smoke": {"concurrency": [1, 2], "repeats": 1, "tokens": 6, "asr_rounds": 1, "asr_utterances": 1},
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer levels and repeats (a few minutes)")
+    size.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; the test suite's)")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS + EXTRA_SCENARIOS))
+    p.add_argument("--llm-systems", default="graph,mlx_lm_server,in_process,graph_no_batching")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--tokens", type=int, default=None, help="generated tokens per LLM request")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
+    opts = p.parse_args(argv)
+    preset = PRESETS["smoke" if opts.smoke else "quick" if opts.quick else "full"]
+    opts.preset = "smoke" if opts.smoke else "quick" if opts.quick else "full"
+    for key in ("concurrency", "repeats", "tokens"):
+        if getattr(opts, key) is None:
+            setattr(opts, key, preset[key])
+    opts.asr_rounds, opts.asr_utterances = preset["asr_rounds"], preset["asr_utterances"]
+    opts.scenarios = [s.strip() for s in opts.scenarios.split(",") if s.strip()]
+    unknown = set(opts.scenarios) - set(SCENARIOS) - set(EXTRA_SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    opts.llm_systems = [s.strip() for s in opts.llm_systems.split(",") if s.strip()]
+    return opts
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+async def _run(opts, argv) -> int:
+    from bench import asr, cuda_proxy, llm, memory, tts
+    from bench.cluster import BenchCluster
+    from bench.report import write_result
+
+    modules = {"llm": llm, "asr": asr, "tts": tts, "memory": memory, "cuda_proxy": cuda_proxy}
+    failed = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ominix-bench-") as work, BenchCluster(opts.cache_dir) as cluster:
+        progress(f"Ray and Serve up on port {cluster.port}; scenarios: {', '.join(opts.scenarios)} ({opts.preset})")
+        for name in opts.scenarios:
+            module = modules[name]
+            t0 = time.perf_counter()
+            load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+            try:
+                result = await module.run(cluster, opts.cache_dir, Path(work), opts, progress)
+            except Exception as e:
+                progress(f"{name}: FAILED: {type(e).__name__}: {e}")
+                failed.append(name)
+                continue
+            result = {"preset": opts.preset, "command": " ".join(["python -m bench", *(argv or [])]),
+                      "duration_s": time.perf_counter() - t0, "load_average_before": load_before, **result}
+            path = write_result(opts.out, name, result)
+            png = module.plot(result, opts.out / f"{name}.png")
+            rendered = module.render(result)
+            (opts.out / f"{name}.md").write_text(rendered + "\n")  # the README's Performance tables
+            print(f"\n## {name}\n\n{rendered}\n\n{path}" + (f"\n{png}" if png else "") + "\n", flush=True)
+            if result.get("failed"):
+                failed.append(name)
+    progress(f"done in {time.perf_counter() - started:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    # The fast autoscaling metrics are set through env vars, which this check does not know about.
+    warnings.filterwarnings("ignore", message="`look_back_period_s`", category=FutureWarning)
+    argv = sys.argv[1:] if argv is None else argv
+    return asyncio.run(_run(parse_args(argv), argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""A private Ray cluster with Serve on a free loopback port, and graph apps deployed on it
+side by side (each under its own route prefix), torn down at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BenchCluster:
+    def __init__(self, cache_dir: Path):
+        self.cache_dir = Path(cache_dir)
+        self.port: Optional[int] = None
+
+    def __enter__(self) -> "BenchCluster":
+        import ray
+        from ray import serve
+
+        os.environ.pop("RAY_ADDRESS", None)
+        # Always a new cluster: a bare init() could join another engineer's.
+        ray.init(address="local", num_cpus=8, namespace="serve", include_dashboard=False, log_to_driver=False)
+        self.port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+        from ray import serve
+
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+    def url(self, prefix: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}{prefix}"
+
+    def deploy(self, name: str, args: dict, options: Optional[dict] = None) -> str:
+        """Deploy the graph (slots not named in `args` are off) under /<name>; its base URL."""
+        from ray import serve
+
+        from graphs.config import GraphArgs
+        from graphs.omni import build_graph
+
+        off = {slot: {"enabled": False} for slot in GraphArgs.model_fields if slot in ("llm", "asr", "tts", "image")}
+        full = {"cache_dir": str(self.cache_dir), **off, "security": {"max_concurrent_requests": 256}, **args}
+        config = GraphArgs.model_validate(full)  # no env overrides: the benchmark decides
+        serve.run(build_graph(config, options or {}), name=name, route_prefix=f"/{name}")
+        return self.url(f"/{name}")
+
+    def delete(self, name: str) -> None:
+        from ray import serve
+
+        serve.delete(name)
+
+    def replica_pids(self, app: str, deployment: str) -> list[int]:
+        # The GCS actor table (the state API needs the dashboard, which the harness leaves off).
+        import ray._private.state as gcs_state
+
+        wanted = f"ServeReplica:{app}:{deployment}"
+        return [a["Pid"] for a in gcs_state.actors().values() if a["ActorClassName"] == wanted and a["State"] == "ALIVE"]
+
+
+def rss_bytes(pid: int) -> Optional[int]:
+    """Resident memory of a process on this machine (Linux /proc), None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+async def wait_ready(base_url: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=10) as http:
+        while time.monotonic() < deadline:
+            try:
+                if (await http.get(f"{base_url}/readyz")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"{base_url} not ready after {timeout_s}s")

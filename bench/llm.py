@@ -1,0 +1,346 @@
+"""Scenario 1, LLM serving: the same model, the same requests, four ways, in one run.
+
+- graph: this Serve graph over HTTP (OpenAI streaming chat route), continuous batching on;
+- graph_no_batching: the same graph decoding one sequence at a time (OminiX-API's single thread);
+- mlx_lm_server: `mlx_lm.server` (the peer, with its own continuous batching) on the same model dir;
+- in_process: `LLMEngine` called in this process, no server at all (the limit).
+
+Each request asks for exactly `tokens` tokens (greedy; the benchmark model never wins with EOS and
+the graph also gets `ignore_eos`); every response's `usage.completion_tokens` is checked. One wave
+of `c` simultaneous requests per (concurrency, repeat, system); systems are interleaved and their
+order rotates each repeat so drift on a shared machine spreads evenly. Figures are medians over
+repeats; headline figures are ratios within this run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable, Optional
+
+import httpx
+
+from bench.cluster import BenchCluster, free_port, wait_ready
+from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, parameter_count
+from bench.report import pyplot, table
+from bench.stats import median_over_repeats, percentile, ratio
+
+SYSTEMS = ("graph", "mlx_lm_server", "in_process", "graph_no_batching")
+LABELS = {
+    "graph": "this graph (HTTP)",
+    "mlx_lm_server": "mlx_lm.server (peer)",
+    "in_process": "in-process engine (limit)",
+    "graph_no_batching": "graph, batching off",
+}
+
+
+@dataclass
+class Timing:
+    start: float
+    first: Optional[float]
+    end: float
+    tokens: int
+
+
+def prompt_text(round_id: int, i: int) -> str:
+    # Distinct prompts of equal length: no system gets to reuse a cached prefix of another request.
+    return f"Round {round_id:04d} request {i:03d}: tell a long story about the quick brown fox and the lazy dog."
+
+
+def chat_body(text: str, tokens: int) -> dict:
+    return {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,  # honoured by this graph (and vLLM); mlx_lm.server ignores the field
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def _has_text(chunk: dict) -> bool:
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+            return True
+    return False
+
+
+CONNECT_RETRIES = 3
+
+
+async def stream_chat(http: httpx.AsyncClient, url: str, body: dict) -> Timing:
+    """One streamed chat request. A connection dropped before any response (a listen backlog
+    overflowing under a burst of new connections) is retried; the wait counts in its TTFT."""
+    start = time.perf_counter()
+    for attempt in range(CONNECT_RETRIES + 1):
+        try:
+            return await _stream_once(http, url, body, start)
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError) as e:
+            if getattr(e, "response_started", False) or attempt == CONNECT_RETRIES:
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: float) -> Timing:
+    stream = http.stream("POST", url, json=body)
+    r = await stream.__aenter__()  # a transport error here: nothing was received, retry is fair
+    try:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+        first, tokens = None, None
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if first is None and _has_text(chunk):
+                first = time.perf_counter()
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    except httpx.TransportError as e:
+        e.response_started = True  # part of the answer arrived: never retry (unequal work)
+        raise
+    finally:
+        await stream.__aexit__(None, None, None)
+    if tokens is None:
+        raise RuntimeError(f"{url}: the stream carried no usage")
+    return Timing(start, first, time.perf_counter(), tokens)
+
+
+class InProcess:
+    """The engine with no server: the floor for latency, the ceiling for throughput."""
+
+    def __init__(self, model_dir: Path):
+        self.model_dir = model_dir
+        self.engine = None
+
+    async def start(self) -> None:
+        from deployments.llm.config import LLMSlotConfig
+        from deployments.llm.engine import LLMEngine
+
+        self.engine = await LLMEngine.start("bench", self.model_dir, LLMSlotConfig().engine_config())
+
+    async def request(self, body: dict) -> Timing:
+        from deployments.llm.engine import SamplingParams
+        from deployments.llm.prompts import chat_prompt
+        from deployments.protocol.openai import ChatCompletionRequest
+
+        start, first, tokens = time.perf_counter(), None, None
+        request = ChatCompletionRequest.model_validate(body)
+        prompt = chat_prompt(self.engine.tokenizer, request)
+        params = SamplingParams.from_request(request, request.max_tokens, {})
+        async for chunk in self.engine.generate(prompt, params):
+            if first is None and (chunk.content or chunk.reasoning_content):
+                first = time.perf_counter()
+            if chunk.usage is not None:
+                tokens = chunk.usage.completion_tokens
+        return Timing(start, first, time.perf_counter(), tokens)
+
+    def stop(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+
+
+class MlxLmServer:
+    """`python -m mlx_lm server` as a subprocess on a free port."""
+
+    def __init__(self, model_dir: Path, tokens: int, log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir), "--host", "127.0.0.1",
+               "--port", str(self.port), "--temp", "0", "--max-tokens", str(tokens), "--log-level", "WARNING"]
+        self.log = open(log, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    async def wait_ready(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=5) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"mlx_lm.server exited with {self.proc.returncode} (see {self.log.name})")
+                try:
+                    if (await http.get(f"{self.url}/v1/models")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.5)
+        raise TimeoutError("mlx_lm.server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def wave_metrics(timings: list[Timing], t0: float) -> dict:
+    wall = max(t.end for t in timings) - t0
+    ttft = [(t.first - t.start) * 1000 for t in timings if t.first is not None]
+    itl = [(t.end - t.first) * 1000 / (t.tokens - 1) for t in timings if t.first is not None and t.tokens > 1]
+    return {
+        "tokens_per_s": sum(t.tokens for t in timings) / wall,
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p95_ms": percentile(ttft, 95),
+        "itl_p50_ms": percentile(itl, 50),
+        "wall_s": wall,
+    }
+
+
+async def run_wave(call: Callable[[dict], Awaitable[Timing]], c: int, round_id: int, tokens: int) -> dict:
+    t0 = time.perf_counter()
+    timings = await asyncio.gather(*(call(chat_body(prompt_text(round_id, i), tokens)) for i in range(c)))
+    wrong = [t.tokens for t in timings if t.tokens != tokens]
+    if wrong:
+        raise RuntimeError(f"unequal work: asked for {tokens} tokens, got {wrong}")
+    return wave_metrics(timings, t0)
+
+
+async def measure(calls: dict, concurrency: list[int], repeats: int, tokens: int, progress) -> dict:
+    for name, call in calls.items():
+        await run_wave(call, 2, 0, tokens)  # warm-up: load, first allocations
+        # Open as many connections as the largest wave will use (one token each), so no
+        # measured wave pays for connection set-up (mlx_lm.server's listen backlog is 5).
+        await run_wave(call, max(concurrency), 0, 1)
+        progress(f"llm: warmed up {name}")
+    results: dict = {name: {} for name in calls}
+    round_id = 1
+    for c in concurrency:
+        per_system: dict = {name: [] for name in calls}
+        for rep in range(repeats):
+            names = list(calls)
+            order = names[rep % len(names):] + names[: rep % len(names)]
+            for name in order:
+                per_system[name].append(await run_wave(calls[name], c, round_id, tokens))
+                round_id += 1
+                m = per_system[name][-1]
+                progress(f"llm: c={c} repeat {rep + 1}/{repeats} {name}: {m['tokens_per_s']:.1f} tok/s, "
+                         f"TTFT p50 {m['ttft_p50_ms']:.0f} ms")
+        for name in calls:
+            results[name][str(c)] = {**median_over_repeats(per_system[name]), "repeats": per_system[name]}
+    return results
+
+
+def targets(results: dict, concurrency: list[int]) -> dict:
+    def get(system, c, key):
+        return results.get(system, {}).get(str(c), {}).get(key)
+
+    c_hi = 16 if 16 in concurrency else max(concurrency)
+    c_lo = min(concurrency)
+    vs_peer = ratio(get("graph", c_hi, "tokens_per_s"), get("mlx_lm_server", c_hi, "tokens_per_s"))
+    vs_limit = ratio(get("graph", c_hi, "tokens_per_s"), get("in_process", c_hi, "tokens_per_s"))
+    g, lim = get("graph", c_lo, "ttft_p50_ms"), get("in_process", c_lo, "ttft_p50_ms")
+    ttft_over = None if g is None or lim is None else g - lim
+    return {
+        f"tokens_per_s_vs_mlx_lm_server_at_{c_hi}": {"value": vs_peer, "target": ">= 1.2",
+                                                     "met": None if vs_peer is None else vs_peer >= 1.2},
+        f"tokens_per_s_vs_in_process_at_{c_hi}": {"value": vs_limit, "target": ">= 0.9",
+                                                  "met": None if vs_limit is None else vs_limit >= 0.9},
+        f"ttft_p50_over_in_process_ms_at_{c_lo}": {"value": ttft_over, "target": "<= 15",
+                                                   "met": None if ttft_over is None else ttft_over <= 15},
+        "batching_speedup_at_max_concurrency": {
+            "value": ratio(get("graph", max(concurrency), "tokens_per_s"),
+                           get("graph_no_batching", max(concurrency), "tokens_per_s")),
+            "target": None, "met": None},
+    }
+
+
+async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts, progress) -> dict:
+    config = SMOKE_CONFIG if opts.smoke else BENCH_CONFIG
+    model_dir = ensure_bench_model(cache_dir, config)
+    progress(f"llm: benchmark model {model_dir.name} ({parameter_count(config) / 1e6:.0f}M parameters)")
+    systems = [s for s in SYSTEMS if s in opts.llm_systems]
+    calls: dict = {}
+    stoppers = []
+    http = httpx.AsyncClient(timeout=httpx.Timeout(600), limits=httpx.Limits(max_connections=256))
+    try:
+        for system in systems:
+            if system in ("graph", "graph_no_batching"):
+                llm = {"default_model": str(model_dir), "batching": system == "graph"}
+                url = cluster.deploy(f"bench-{system.replace('_', '-')}", {"llm": llm})
+                await wait_ready(url)
+                calls[system] = lambda body, u=url: stream_chat(http, f"{u}/v1/chat/completions", body)
+            elif system == "mlx_lm_server":
+                server = MlxLmServer(model_dir, max(opts.tokens, 1), work / "mlx_lm_server.log")
+                stoppers.append(server.stop)
+                await server.wait_ready()
+                calls[system] = lambda body, u=server.url: stream_chat(http, f"{u}/v1/chat/completions", body)
+            elif system == "in_process":
+                engine = InProcess(model_dir)
+                stoppers.append(engine.stop)
+                await engine.start()
+                calls[system] = engine.request
+            progress(f"llm: {system} is up")
+        results = await measure(calls, opts.concurrency, opts.repeats, opts.tokens, progress)
+    finally:
+        await http.aclose()
+        for stop in stoppers:
+            stop()
+        for system in systems:
+            if system.startswith("graph") and cluster is not None:
+                try:
+                    cluster.delete(f"bench-{system.replace('_', '-')}")
+                except Exception:
+                    pass
+    return {
+        "model": {"dir_name": model_dir.name, "parameters": parameter_count(config), "config": config},
+        "tokens_per_request": opts.tokens,
+        "concurrency": opts.concurrency,
+        "repeats": opts.repeats,
+        "systems": systems,
+        "results": results,
+        "targets": targets(results, opts.concurrency),
+    }
+
+
+def render(result: dict) -> str:
+    rows = []
+    res = result["results"]
+    for c in result["concurrency"]:
+        peer = res.get("mlx_lm_server", {}).get(str(c), {}).get("tokens_per_s")
+        for system in result["systems"]:
+            m = res[system][str(c)]
+            rows.append([c, LABELS[system], m["tokens_per_s"], ratio(m["tokens_per_s"], peer),
+                         m["ttft_p50_ms"], m["ttft_p95_ms"], m["itl_p50_ms"]])
+    out = table(["streams", "system", "decode tok/s", "× mlx_lm.server", "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms"], rows)
+    lines = [out, "", "Targets:"]
+    for name, t in result["targets"].items():
+        v = t["value"]
+        met = {True: "met", False: "MISSED", None: "-"}[t["met"]]
+        lines.append(f"- {name}: {'-' if v is None else f'{v:.3g}'} (target {t['target'] or 'none'}): {met}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> Optional[Path]:
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    conc = result["concurrency"]
+    for system in result["systems"]:
+        series = result["results"][system]
+        for ax, key in zip(axes, ("tokens_per_s", "ttft_p50_ms", "itl_p50_ms")):
+            ax.plot(conc, [series[str(c)][key] for c in conc], marker="o", label=LABELS[system])
+    for ax, title in zip(axes, ("aggregate decode tokens/s", "time to first token p50 (ms)", "inter-token latency p50 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(conc, [str(c) for c in conc])
+        ax.set_xlabel("concurrent streams")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"LLM serving, {result['model']['parameters'] / 1e6:.0f}M-parameter Qwen3, "
+                 f"{result['tokens_per_request']} tokens per request (medians of {result['repeats']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,90 @@
+"""Where results go: JSON with the machine's description, a printed table, a PNG plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Sequence
+
+from bench.stats import rounded
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def machine() -> dict:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_bytes": _memory_bytes(),
+        "python": sys.version.split()[0],
+        "versions": {d: _version(d) for d in ("mlx", "mlx-lm", "mlx-audio", "ray", "ominix-serve")},
+        "load_average_at_end": list(load) if load else None,
+        # The development machine runs other engineers' test suites at the same time.
+        "shared": os.environ.get("BENCH_MACHINE_SHARED", "1") not in ("0", "false", "no"),
+    }
+
+
+def write_result(out_dir: Path, scenario: str, result: dict) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{scenario}.json"
+    body = {"scenario": scenario, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(), **rounded(result)}
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    return path
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A GitHub-markdown table (prints readably in a terminal too)."""
+
+    def cell(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pyplot():
+    """matplotlib without a display; None when the bench extra is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no plots", file=sys.stderr)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,67 @@
+"""The benchmark harness at smoke size (`python -m bench --smoke`): every scenario runs end to
+end on its own private Ray cluster and writes its JSON, so the harness cannot rot. No timing
+is asserted: only that the work was done, equal, and recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory, cache_dir):
+    out = tmp_path_factory.mktemp("bench-results")
+    env_cache = str(cache_dir)  # the session's model cache: Whisper is converted once
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--cache-dir", env_cache],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    print(proc.stdout[-6000:])
+    assert proc.returncode == 0, f"bench --smoke failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}, out
+
+
+def test_every_scenario_wrote_results_with_the_machine(smoke_results):
+    results, out = smoke_results
+    assert set(results) == {"llm", "asr", "tts", "memory"}
+    for result in results.values():
+        machine = result["machine"]
+        assert machine["cores"] >= 1 and machine["versions"]["mlx-lm"] and machine["versions"]["ray"]
+    assert (out / "llm.png").stat().st_size > 1000  # matplotlib is a test dependency too
+
+
+def test_llm_systems_did_equal_work_side_by_side(smoke_results):
+    llm = smoke_results[0]["llm"]
+    assert llm["systems"] == ["graph", "mlx_lm_server", "in_process", "graph_no_batching"]
+    for system in llm["systems"]:
+        for c in llm["concurrency"]:
+            m = llm["results"][system][str(c)]
+            assert m["tokens_per_s"] > 0 and m["ttft_p50_ms"] > 0 and m["itl_p50_ms"] > 0
+    assert set(llm["targets"]) >= {"batching_speedup_at_max_concurrency"}
+
+
+def test_asr_modes_heard_the_same(smoke_results):
+    asr = smoke_results[0]["asr"]
+    assert asr["transcripts_identical"] and not asr["failed"]
+    assert all(len(texts) == 1 and texts[0] for texts in asr["transcripts"].values())
+    assert {m: r["x_real_time"] > 0 for m, r in asr["results"].items()} == {"off": True, "offline": True}
+
+
+def test_tts_burst_and_replica_timeline(smoke_results):
+    tts = smoke_results[0]["tts"]
+    assert not tts["failed"] and len(tts["audio_bytes_per_request"]) == 1
+    assert all(tts["replica_timeline"][v] for v in ("autoscaling", "single_replica"))
+
+
+def test_memory_cycle_frees_the_model(smoke_results):
+    stages = smoke_results[0]["memory"]["slots"]["llm"]["stages"]
+    assert stages["loaded_at_start"]["mlx_active_bytes"] > 0
+    assert stages["unloaded"]["mlx_active_bytes"] < stages["loaded_at_start"]["mlx_active_bytes"]
+    assert stages["loaded_again"]["rss_bytes"] > 0
