@@ -18,7 +18,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import pyplot, table
+from bench.report import percentile_bars, pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 MODES = ("off", "interactive", "conversational", "offline")
@@ -133,12 +133,7 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     a.bar(modes, [result["results"][m]["x_real_time"] for m in modes], color="tab:blue")
     a.set_title(f"throughput (× real time), {result['clients']} clients")
-    x = range(len(modes))
-    b.bar([i - 0.2 for i in x], [result["results"][m]["latency_p50_ms"] for m in modes], width=0.4, label="p50")
-    b.bar([i + 0.2 for i in x], [result["results"][m]["latency_p95_ms"] for m in modes], width=0.4, label="p95")
-    b.set_xticks(list(x), modes)
-    b.set_title("request latency (ms)")
-    b.legend()
+    percentile_bars(b, result["results"], "latency_p50_ms", "latency_p95_ms", "request latency (ms)")
     fig.suptitle(f"ASR batching modes, {result['model']} (medians of {result['rounds']} rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

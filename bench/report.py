@@ -88,3 +88,14 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def percentile_bars(ax, results: dict, p50_key: str, p95_key: str, title: str) -> None:
+    """Side-by-side p50/p95 bars, one pair per system or mode in `results`."""
+    names = list(results)
+    x = range(len(names))
+    ax.bar([i - 0.2 for i in x], [results[n][p50_key] for n in names], width=0.4, label="p50")
+    ax.bar([i + 0.2 for i in x], [results[n][p95_key] for n in names], width=0.4, label="p95")
+    ax.set_xticks(list(x), names)
+    ax.set_title(title)
+    ax.legend()

@@ -17,7 +17,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import pyplot, table
+from bench.report import percentile_bars, pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 TEXT = ("The quick brown fox jumps over the lazy dog. A small model speaks this sentence for the benchmark. "
@@ -142,13 +142,7 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     a.set_ylabel("running TTS replicas")
     a.set_title(f"replicas during a burst of {result['burst']} (first burst)")
     a.legend()
-    names = list(result["results"])
-    x = range(len(names))
-    b.bar([i - 0.2 for i in x], [result["results"][n]["ttfa_p50_ms"] for n in names], width=0.4, label="p50")
-    b.bar([i + 0.2 for i in x], [result["results"][n]["ttfa_p95_ms"] for n in names], width=0.4, label="p95")
-    b.set_xticks(list(x), names)
-    b.set_title("time to first audio (ms)")
-    b.legend()
+    percentile_bars(b, result["results"], "ttfa_p50_ms", "ttfa_p95_ms", "time to first audio (ms)")
     fig.suptitle(f"TTS burst, {result['model']} (medians of {result['bursts']} bursts)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
