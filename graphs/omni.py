@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Optional
 
 from ray.serve import Application
@@ -48,7 +49,8 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         settings.cors_origins or "none",
         settings.max_concurrent_requests,
     )
-    control = Control.options(**options.get("Control", {})).bind(config.defaults())
+    # A fresh build id per build: a redeploy starts from the config, a Control restart does not.
+    control = Control.options(**options.get("Control", {})).bind(config.defaults(), uuid.uuid4().hex)
     llm = None
     if config.llm.enabled:
         llm = LLMSlot.options(**options.get("LLM", {})).bind(

@@ -25,20 +25,30 @@ logger = logging.getLogger("ray.serve")
 SLOT_DEPLOYMENTS = {"llm": "LLM", "asr": "ASR", "tts": "TTS", "image": "Image"}
 
 
-def _session_state_file() -> Optional[Path]:
-    """A file private to this Ray cluster: survives a Control restart, not a new `serve run`."""
+def state_file(session_dir: Path, app: str, build_id: str) -> Path:
+    """Where one deployment of one application keeps its slots' desired state.
+
+    Per application, because several apps share a Ray cluster (one's unload must not empty the
+    next one's slots), and per build (a new id each time the builder runs), so a restarted
+    Control replica (same init args) finds its state but a redeploy starts from its config."""
+    safe_app = "".join(c if c.isalnum() or c in "-_" else "_" for c in app)
+    return session_dir / f"ominix-control-{safe_app}-{build_id}.json"
+
+
+def _session_state_file(build_id: str) -> Optional[Path]:
     try:
         from ray._private import worker
 
-        return Path(worker._global_node.get_session_dir_path()) / "ominix-control.json"
+        session_dir = Path(worker._global_node.get_session_dir_path())
+        return state_file(session_dir, serve.get_replica_context().app_name, build_id)
     except Exception:
         return None
 
 
 @serve.deployment(name="Control", num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
 class Control:
-    def __init__(self, defaults: dict[str, str]):
-        self.state = ControlState(defaults, _session_state_file())
+    def __init__(self, defaults: dict[str, str], build_id: str = "default"):
+        self.state = ControlState(defaults, _session_state_file(build_id))
         self._changed = {slot: asyncio.Event() for slot in defaults}
 
     async def desired(self, slot: str) -> Desired:

@@ -1,0 +1,65 @@
+"""The control plane's state: desired state per slot with epochs, replica reports, whether a
+change has reached every replica, and the state file a restarted Control replica reads."""
+
+from __future__ import annotations
+
+from deployments.control.deployment import state_file
+from deployments.control.state import LOADED, STALE_AFTER_S, UNLOADED, ControlState, ReplicaReport
+
+
+def report(replica, epoch, slot="llm", model="a", now=100.0):
+    return ReplicaReport(slot=slot, replica_id=replica, epoch=epoch, default_model=model), now
+
+
+def test_each_change_gets_a_new_epoch_and_unload_keeps_the_last_model():
+    state = ControlState({"llm": "a", "tts": "t"})
+    assert state.desired["llm"].epoch == 0 and state.desired["llm"].model == "a"
+    loaded = state.set("llm", LOADED, "b")
+    assert (loaded.epoch, loaded.model) == (1, "b")
+    unloaded = state.set("llm", UNLOADED, None)
+    assert (unloaded.epoch, unloaded.state, unloaded.model) == (2, UNLOADED, "b")
+    assert state.desired["tts"].epoch == 0  # slots are independent
+
+
+def test_applied_waits_for_every_running_replica_and_forgets_silent_ones():
+    state = ControlState({"llm": "a"})
+    state.report(*report("r1", 1))
+    assert not state.applied("llm", 1, expected_replicas=2, now=101)
+    state.report(*report("r2", 1))
+    assert state.applied("llm", 1, expected_replicas=2, now=101)
+    assert not state.applied("llm", 2, expected_replicas=2, now=101)
+    later = 100 + STALE_AFTER_S + 1
+    assert state.replicas("llm", now=later) == []  # a replica not heard from is gone
+
+
+def test_a_restarted_control_replica_restores_its_own_state(tmp_path):
+    path = tmp_path / "state.json"
+    first = ControlState({"llm": "a", "asr": "w"}, path)
+    first.set("llm", LOADED, "b")
+    first.set("asr", UNLOADED, None)
+    again = ControlState({"llm": "a", "asr": "w"}, path)
+    assert again.desired["llm"].model == "b" and again.desired["llm"].epoch == 1
+    assert again.desired["asr"].state == UNLOADED
+    # A slot no longer configured is ignored; a configured one not in the file keeps its default.
+    narrower = ControlState({"llm": "a", "image": "i"}, path)
+    assert set(narrower.desired) == {"llm", "image"} and narrower.desired["image"].model == "i"
+
+
+def test_a_corrupt_state_file_starts_from_the_config(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text("{not json")
+    assert ControlState({"llm": "a"}, path).desired["llm"].model == "a"
+
+
+def test_state_files_are_per_application_and_per_build(tmp_path):
+    """Apps share a Ray cluster: one app's unload must not empty another's slots (found by the
+    benchmark: a memory run's final unload left the next app's TTS slot unloaded)."""
+    a1 = state_file(tmp_path, "ominix", "build1")
+    assert a1 == state_file(tmp_path, "ominix", "build1")  # a Control restart finds it again
+    assert a1 != state_file(tmp_path, "bench-tts", "build1")
+    assert a1 != state_file(tmp_path, "ominix", "build2")  # a redeploy starts from its config
+    assert state_file(tmp_path, "../evil", "b").parent == tmp_path
+    first = ControlState({"tts": "t"}, state_file(tmp_path, "memory-bench", "b1"))
+    first.set("tts", UNLOADED, None)
+    other = ControlState({"tts": "t"}, state_file(tmp_path, "tts-bench", "b2"))
+    assert other.desired["tts"].state == LOADED
