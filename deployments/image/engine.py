@@ -186,6 +186,15 @@ class ImageEngine(EngineThread):
     def _run_job(self, job: ImageJob) -> None:
         self.stats.requests += 1
         self.current, job.started_at = job, time.time()
+        try:
+            outcome = self._generate(job)
+        finally:
+            # cleared before the answer is sent: the caller may ask for progress at once
+            self.current = None
+        _resolve(job, outcome)
+
+    def _generate(self, job: ImageJob) -> Any:
+        """The job's encoded images, or the APIError to answer with."""
         t0 = time.perf_counter()
         try:
             images = []
@@ -194,25 +203,22 @@ class ImageEngine(EngineThread):
                 image = self._pipeline.generate_image(**self._generate_kwargs(job, seed)).image
                 images.append(encode_image(image, job.output_format, job.output_compression))
                 self.stats.images += 1
-            self.stats.seconds += time.perf_counter() - t0
-            logger.info(
-                "Image %s: %d image(s) %dx%d, %d steps in %.1fs", self.model_id, len(images),
-                job.width, job.height, job.steps, time.perf_counter() - t0,
-            )
-            _resolve(job, images)
         except _Cancelled:
             self.stats.cancelled += 1
             logger.info("Image %s: request abandoned at image %d step %d", self.model_id, job.image_index + 1, job.step)
             if self._aborting:
-                _resolve(job, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
-            else:
-                _resolve(job, APIError(499, "The client went away", "cancelled"))
+                return APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable")
+            return APIError(499, "The client went away", "cancelled")
         except Exception as e:  # never let one bad request kill the replica
             logger.exception("Image generation failed")
             self.stats.failed += 1
-            _resolve(job, server_error(f"Image generation failed: {type(e).__name__}: {e}"))
-        finally:
-            self.current = None
+            return server_error(f"Image generation failed: {type(e).__name__}: {e}")
+        self.stats.seconds += time.perf_counter() - t0
+        logger.info(
+            "Image %s: %d image(s) %dx%d, %d steps in %.1fs", self.model_id, len(images),
+            job.width, job.height, job.steps, time.perf_counter() - t0,
+        )
+        return images
 
     def _generate_kwargs(self, job: ImageJob, seed: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
