@@ -27,6 +27,7 @@ from typing import Awaitable, Callable, Optional
 import httpx
 
 from bench.cluster import BenchCluster, free_port, wait_ready
+from deployments import blas
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, parameter_count
 from bench.report import pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
@@ -164,7 +165,9 @@ class MlxLmServer:
         cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir), "--host", "127.0.0.1",
                "--port", str(self.port), "--temp", "0", "--max-tokens", str(tokens), "--log-level", "WARNING"]
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        # The peer multiplies with the BLAS this process chose (deployments/blas.py).
+        env = blas.subprocess_env(blas.select())
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     async def wait_ready(self, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s

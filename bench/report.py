@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.stats import rounded
+from deployments import blas
 
 
 def _cpu_model() -> str:
@@ -47,6 +48,8 @@ def machine() -> dict:
         "memory_bytes": _memory_bytes(),
         "python": sys.version.split()[0],
         "versions": {d: _version(d) for d in ("mlx", "mlx-lm", "mlx-audio", "ray", "ominix-serve")},
+        "blas": blas.select().as_dict(),
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "load_average_at_end": list(load) if load else None,
         # The development machine runs other engineers' test suites at the same time.
         "shared": os.environ.get("BENCH_MACHINE_SHARED", "1") not in ("0", "false", "no"),

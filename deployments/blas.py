@@ -1,0 +1,114 @@
+"""Which BLAS MLX's CPU backend multiplies with on Linux.
+
+The `mlx[cpu]` wheel bundles the Netlib reference BLAS: one thread, about 5 GFLOP/s on the
+project's 2-core machine, and every matrix product of every slot (LLM, Whisper, TTS, FLUX) goes
+through it. OpenBLAS exports the same `cblas_*` symbols; opened into the process's global
+symbol scope before MLX's library loads, the dynamic linker binds MLX's calls to it instead
+(35x on a 640x2560 product there, results identical for every batch size tried).
+
+`OMINIX_BLAS` chooses: `auto` (the default: the system OpenBLAS when one is installed, else the
+bundled one), `reference` (keep the wheel's), or the path of a library with the cblas symbols.
+OpenBLAS's own `OPENBLAS_NUM_THREADS` sets its threads; Ray sets `OMP_NUM_THREADS` for a replica
+to its whole CPUs (at least 1), which OpenBLAS follows when the first is unset.
+
+Pure standard library, and it must run before anything imports `mlx.core`: `deployments`
+calls `select()` when the package is imported, which every replica does first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+logger = logging.getLogger(__name__)
+
+ENV = "OMINIX_BLAS"
+REFERENCE = "reference"
+# Where distributions put OpenBLAS; the threaded builds first.
+_SEARCH = (
+    "/usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so*",
+    "/usr/lib/*-linux-gnu/openblas-openmp/libopenblas.so*",
+    "/usr/lib/*-linux-gnu/libopenblas.so*",
+    "/usr/lib64/libopenblas.so*",
+    "/usr/lib/libopenblas.so*",
+    "/usr/local/lib/libopenblas.so*",
+    "/opt/homebrew/opt/openblas/lib/libopenblas.so*",
+)
+_REQUIRED_SYMBOLS = ("cblas_sgemm", "cblas_sgemv")
+
+
+@dataclass(frozen=True)
+class BlasChoice:
+    library: str  # a path, or "reference" for the wheel's bundled BLAS
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"library": self.library, "reason": self.reason}
+
+
+_chosen: Optional[BlasChoice] = None
+
+
+def select(setting: Optional[str] = None) -> BlasChoice:
+    """Load the BLAS `setting` (default: $OMINIX_BLAS, else "auto") asks for, once per process."""
+    global _chosen
+    if _chosen is None:
+        _chosen = _select((setting or os.environ.get(ENV) or "auto").strip())
+        if _chosen.library != REFERENCE:
+            logger.info("MLX CPU matrix products use %s (%s)", _chosen.library, _chosen.reason)
+    return _chosen
+
+
+def _select(setting: str) -> BlasChoice:
+    if not sys.platform.startswith("linux"):
+        return BlasChoice(REFERENCE, "not Linux: MLX uses Metal and Accelerate")
+    if setting.lower() == REFERENCE:
+        return BlasChoice(REFERENCE, f"{ENV}=reference")
+    if "mlx.core" in sys.modules:
+        return BlasChoice(REFERENCE, "mlx was imported before ominix-serve chose a BLAS")
+    if setting.lower() != "auto":
+        error = _open_global(setting)
+        if error:
+            raise RuntimeError(f"{ENV}={setting}: {error}")
+        return BlasChoice(setting, f"{ENV} names it")
+    for path in candidates():
+        if _open_global(path) is None:
+            return BlasChoice(path, "system OpenBLAS found")
+    return BlasChoice(REFERENCE, "no OpenBLAS installed (apt install libopenblas0-pthread)")
+
+
+def candidates() -> list[str]:
+    """OpenBLAS libraries on this machine, best first."""
+    found = [path for pattern in _SEARCH for path in sorted(glob.glob(pattern))]
+    by_name = ctypes.util.find_library("openblas")
+    if by_name:
+        found.append(by_name)
+    return list(dict.fromkeys(found))
+
+
+def _open_global(path: str) -> Optional[str]:
+    """Open `path` into the global symbol scope if it has the cblas symbols; else say why not."""
+    try:
+        library = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        return f"cannot be opened ({e})"
+    missing = [name for name in _REQUIRED_SYMBOLS if not hasattr(library, name)]
+    if missing:
+        return f"has no {', '.join(missing)}"
+    # The same library opened again with RTLD_GLOBAL: its symbols now resolve other libraries'.
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    return None
+
+
+def subprocess_env(choice: BlasChoice) -> dict[str, str]:
+    """Environment for a child process (a peer server) to multiply with the same library."""
+    env = dict(os.environ)
+    if choice.library != REFERENCE:
+        env["LD_PRELOAD"] = " ".join(filter(None, [choice.library, env.get("LD_PRELOAD")]))
+    return env

@@ -1,0 +1,94 @@
+"""The BLAS MLX multiplies with on Linux (deployments/blas.py): the system OpenBLAS when it is
+installed, bound before MLX loads; the bundled reference one on request; clear errors.
+
+Each case runs in a fresh interpreter: the choice is made once, when `deployments` is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from deployments import blas
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the BLAS choice is Linux-only")
+
+# Prints the choice, the OpenBLAS files mapped into the process (numpy maps its own, renamed
+# copy), and checks a product.
+PROBE = """
+import json, sys
+{before}
+import deployments
+import mlx.core as mx, numpy as np
+from deployments import blas
+a = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
+b = np.random.default_rng(1).standard_normal((96, 48)).astype(np.float32)
+product = np.array(mx.array(a) @ mx.array(b))
+mapped = sorted({{line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line}})
+print(json.dumps({{**blas.select().as_dict(), "mapped": mapped,
+                  "max_error": float(np.abs(product - a @ b).max())}}))
+"""
+
+
+def _probe(env: dict[str, str], before: str = "") -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE.format(before=before)], env={**os.environ, **env},
+        capture_output=True, text=True, timeout=120,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def openblas():
+    found = blas.candidates()
+    if not found:
+        if os.environ.get("CI"):
+            pytest.fail("CI installs libopenblas0-pthread (.ci/run), but no OpenBLAS was found")
+        pytest.skip("no system OpenBLAS (apt install libopenblas0-pthread)")
+    return found[0]
+
+
+def test_auto_binds_mlx_to_the_system_openblas(openblas):
+    probe = _probe({blas.ENV: "auto"})
+    assert probe["library"] == openblas and os.path.realpath(openblas) in probe["mapped"]
+    assert probe["max_error"] < 1e-3
+
+
+def test_reference_keeps_the_bundled_blas():
+    probe = _probe({blas.ENV: "reference"})
+    assert probe["library"] == blas.REFERENCE
+    assert not any(os.path.realpath(path) in probe["mapped"] for path in blas.candidates())
+    assert probe["max_error"] < 1e-3
+
+
+def test_a_named_library_is_used(openblas):
+    probe = _probe({blas.ENV: openblas})
+    assert probe["library"] == openblas and os.path.realpath(openblas) in probe["mapped"]
+
+
+def test_mlx_imported_first_is_reported_not_hidden():
+    probe = _probe({blas.ENV: "auto"}, before="import mlx.core")
+    assert probe["library"] == blas.REFERENCE and "imported before" in probe["reason"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("/nonexistent/libopenblas.so.0", "cannot be opened"),
+    ("libm.so.6", "has no cblas_sgemm"),
+])
+def test_a_wrong_library_stops_the_process_with_the_reason(setting, message):
+    with pytest.raises(RuntimeError) as e:
+        _probe({blas.ENV: setting})
+    assert f"{blas.ENV}={setting}" in str(e.value) and message in str(e.value)
+
+
+def test_a_child_process_gets_the_same_library_preloaded():
+    choice = blas.BlasChoice("/usr/lib/libopenblas.so.0", "test")
+    assert blas.subprocess_env(choice)["LD_PRELOAD"].split()[0] == "/usr/lib/libopenblas.so.0"
+    unchanged = blas.subprocess_env(blas.BlasChoice(blas.REFERENCE, "test"))
+    assert unchanged.get("LD_PRELOAD") == os.environ.get("LD_PRELOAD")
