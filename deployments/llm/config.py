@@ -19,6 +19,10 @@ class LLMSlotConfig(SlotModelsConfig):
     prefill_step_size: int = Field(2048, ge=16)
     batching: bool = Field(True, description="False: one sequence at a time (a baseline)")
     default_max_tokens: int = Field(2048, ge=1)
+    prefix_cache_entries: int = Field(
+        10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
+    )
+    prefix_cache_bytes: int = Field(2 << 30, ge=0, description="Memory the prefix cache and the running batch may hold")
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
@@ -27,4 +31,6 @@ class LLMSlotConfig(SlotModelsConfig):
             prefill_step_size=self.prefill_step_size,
             batching=self.batching,
             default_max_tokens=self.default_max_tokens,
+            prefix_cache_entries=self.prefix_cache_entries,
+            prefix_cache_bytes=self.prefix_cache_bytes,
         )

@@ -23,11 +23,12 @@ from typing import Any, AsyncIterator, Optional
 
 from deployments.engine_thread import STOP, EngineThread
 from deployments.llm.output import OutputParser, ParsedText
+from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.generation import GenerationChunk
-from deployments.protocol.openai import SamplingRequest, UsageInfo
+from deployments.protocol.openai import PromptTokensDetails, SamplingRequest, UsageInfo
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class EngineConfig:
     prefill_step_size: int = 2048  # prompt tokens per prefill step
     batching: bool = True
     default_max_tokens: int = 2048
+    prefix_cache_entries: int = 10  # prompt caches kept for reuse; 0 turns the cache off
+    prefix_cache_bytes: int = 2 << 30
 
 
 @dataclass
@@ -95,6 +98,8 @@ class _Sequence:
     completion_tokens: int = 0
     made_tool_call: bool = False
     done: bool = False
+    cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
+    keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
 
     def send(self, item: GenerationChunk | BaseException) -> None:
         self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
@@ -115,6 +120,7 @@ class LLMEngine(EngineThread):
         self.tokenizer: Any = None
         self.context_length: Optional[int] = None
         self.generation_defaults: dict[str, Any] = {}
+        self.prefix_cache: Optional[PrefixCache] = None
         # Written by the engine thread only; read for status and tests.
         self.stats = {"running": 0, "finished": 0, "aborted": 0, "generated_tokens": 0}
 
@@ -186,6 +192,7 @@ class LLMEngine(EngineThread):
     def _release(self) -> None:
         self._model = None
         self._batch = None
+        self.prefix_cache = None
 
     def _fail_queued(self, item: Any, error: APIError) -> None:
         if isinstance(item, _Sequence):
@@ -207,6 +214,10 @@ class LLMEngine(EngineThread):
                 for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
                 if raw.get(k) is not None
             }
+        if self.config.prefix_cache_entries > 0:
+            self.prefix_cache = PrefixCache(
+                self.model_id, self.config.prefix_cache_entries, self.config.prefix_cache_bytes
+            )
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
 
     def _new_batch(self, stream):
@@ -231,7 +242,8 @@ class LLMEngine(EngineThread):
             if not active:
                 continue
             try:
-                _, responses = self._batch.next()
+                prompt_responses, responses = self._batch.next()
+                self._keep_prompt_caches(active, prompt_responses)
             except Exception as e:  # never let one bad step kill the replica
                 logger.exception("Batch step failed; failing %d sequences", len(active))
                 for seq in active.values():
@@ -249,11 +261,15 @@ class LLMEngine(EngineThread):
                 if outcome is not _RUNNING:
                     del active[r.uid]
                     self.stats["finished"] += 1
-                if outcome is _STOPPED_BY_PARSER:
+                if outcome is _FINISHED:
+                    self._keep_cache(r.all_tokens, r.prompt_cache, ANSWER)
+                elif outcome is _STOPPED_BY_PARSER:
                     # The batch generator drops the sequences it finishes; these it cannot know.
                     stopped_by_us.append(r.uid)
             if stopped_by_us:
-                self._batch.remove(stopped_by_us)
+                caches = self._batch.remove(stopped_by_us, return_prompt_caches=self.prefix_cache is not None)
+                for cache, tokens in caches.values():
+                    self._keep_cache(tokens, cache, ANSWER)
             self.stats["running"] = len(active)
             self.stats["generated_tokens"] += len(responses)
 
@@ -305,13 +321,40 @@ class LLMEngine(EngineThread):
         )
         seq.detokenizer = tok.detokenizer
         eos = [] if seq.params.ignore_eos else [(t,) for t in tok.eos_token_ids]
-        (seq.uid,) = self._batch.insert(
-            [seq.prompt.token_ids],
+        plan = self._plan_prefill(seq.prompt)
+        seq.cached_tokens, seq.keep_at_ends = plan.cached, plan.keep_at_ends
+        (seq.uid,) = self._batch.insert_segments(
+            [plan.segments],
             max_tokens=[seq.params.max_tokens],
+            caches=[plan.cache],
+            all_tokens=[seq.prompt.token_ids[: plan.cached]],
             samplers=[_make_sampler(seq.params)],
             logits_processors=[_make_logits_processors(seq.params)],
             stop_sequences=[StopSequences(eos)],
         )
+
+    def _plan_prefill(self, prompt: Prompt) -> PrefillPlan:
+        if self.prefix_cache is None:
+            return PrefillPlan(None, 0, [prompt.token_ids])
+        return self.prefix_cache.plan(prompt.token_ids, prompt.system_end)
+
+    def _keep_prompt_caches(self, active: dict[int, _Sequence], prompt_responses: list) -> None:
+        """At a segment end inside a prompt, keep the cache so far for later prompts."""
+        uids = [
+            r.uid for r in prompt_responses
+            if r.end_of_segment and not r.end_of_prompt and r.uid in active and active[r.uid].keep_at_ends
+        ]
+        if not uids or self.prefix_cache is None:
+            return
+        for uid, (cache, tokens) in self._batch.extract_cache(uids).items():
+            self._keep_cache(tokens, cache, active[uid].keep_at_ends.pop(0))
+
+    def _keep_cache(self, tokens: Optional[list[int]], cache: Optional[list[Any]], kind: str) -> None:
+        if self.prefix_cache is None or not tokens or cache is None:
+            return
+        self.prefix_cache.keep(tokens, cache, kind)
+        # What the running batch holds counts against the same budget (mlx_lm.server does this).
+        self.prefix_cache.trim_to(self.config.prefix_cache_bytes - self._batch.prompt_cache_nbytes)
 
     def _on_token(self, seq: _Sequence, token: int, finish_reason: Optional[str]) -> object:
         """Feed one generated token to its sequence; say whether and how it ended."""
@@ -344,6 +387,7 @@ class LLMEngine(EngineThread):
             prompt_tokens=prompt_tokens,
             completion_tokens=seq.completion_tokens,
             total_tokens=prompt_tokens + seq.completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=seq.cached_tokens),
         )
         seq.done = True
         seq.send(chunk)

@@ -21,6 +21,8 @@ class Prompt:
     initial_state: str = NORMAL
     # Chat answers split thinking from the answer; text completions return raw text.
     split_reasoning: bool = True
+    # How many leading tokens are the system prompt: where the prefix cache keeps a copy.
+    system_end: int = 0
 
 
 def chat_prompt(tokenizer: Any, request: ChatCompletionRequest) -> Prompt:
@@ -44,7 +46,28 @@ def chat_prompt(tokenizer: Any, request: ChatCompletionRequest) -> Prompt:
     if getattr(tokenizer, "has_thinking", False):
         if text.rfind(tokenizer.think_start) > text.rfind(tokenizer.think_end):
             state = REASONING
-    return Prompt(ids, state)
+    return Prompt(ids, state, system_end=_system_end(tokenizer, messages, ids, kwargs))
+
+
+def _system_end(tokenizer: Any, messages: list[dict], ids: list[int], kwargs: dict) -> int:
+    """The length of the prompt's system part: where it stops matching the same system
+    messages rendered before an empty user turn (as mlx_lm.server finds it)."""
+    leading = 0
+    while leading < len(messages) and messages[leading].get("role") in ("system", "developer"):
+        leading += 1
+    if leading == 0 or leading == len(messages):
+        return 0
+    try:
+        text = tokenizer.apply_chat_template(
+            messages[:leading] + [{"role": "user", "content": ""}], add_generation_prompt=False, tokenize=False, **kwargs
+        )
+    except Exception:  # only an optimisation: no split point, no harm
+        return 0
+    system_ids = tokenizer.encode(text, add_special_tokens=False)
+    for i, (a, b) in enumerate(zip(system_ids, ids)):
+        if a != b:
+            return i
+    return 0
 
 
 def completion_prompt(tokenizer: Any, request: CompletionRequest) -> Prompt:

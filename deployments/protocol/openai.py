@@ -215,10 +215,23 @@ class CompletionRequest(SamplingRequest):
 # Responses
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # served from the prefix cache, not prefilled again
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: Optional[PromptTokensDetails] = None
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_details(self, handler):
+        # A backend that cannot tell (the remote CUDA worker) leaves the details out, not null.
+        data = handler(self)
+        if data.get("prompt_tokens_details") is None:
+            data.pop("prompt_tokens_details", None)
+        return data
 
 
 class FunctionCall(BaseModel):
