@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 EXTRA_SCENARIOS = ("cuda_proxy",)  # on request: what the remote-CUDA route adds (no model)
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
-    "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 16, "asr_rounds": 3, "asr_utterances": 2},
-    "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 8, "asr_rounds": 1, "asr_utterances": 1},
+    "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
+    "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 32, "asr_rounds": 1, "asr_utterances": 1},
     "smoke": {"concurrency": [1, 2], "repeats": 1, "tokens": 6, "asr_rounds": 1, "asr_utterances": 1},
 }
 

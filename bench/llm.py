@@ -205,9 +205,17 @@ def wave_metrics(timings: list[Timing], t0: float) -> dict:
     }
 
 
+# A one-stream wave is this many requests in a row: one request would make TTFT p50 a single
+# sample per repeat, and the TTFT target is read at one stream.
+REQUESTS_AT_ONE_STREAM = 5
+
+
 async def run_wave(call: Callable[[dict], Awaitable[Timing]], c: int, round_id: int, tokens: int) -> dict:
     t0 = time.perf_counter()
-    timings = await asyncio.gather(*(call(chat_body(prompt_text(round_id, i), tokens)) for i in range(c)))
+    if c == 1:
+        timings = [await call(chat_body(prompt_text(round_id, i), tokens)) for i in range(REQUESTS_AT_ONE_STREAM)]
+    else:
+        timings = await asyncio.gather(*(call(chat_body(prompt_text(round_id, i), tokens)) for i in range(c)))
     wrong = [t.tokens for t in timings if t.tokens != tokens]
     if wrong:
         raise RuntimeError(f"unequal work: asked for {tokens} tokens, got {wrong}")
