@@ -28,7 +28,12 @@ class BenchCluster:
         import ray
         from ray import serve
 
+        from graphs.serve import RAY_ENV_DEFAULTS
+
         os.environ.pop("RAY_ADDRESS", None)
+        # Ray as `make serve` starts it (replicas not niced below the benchmark's own client).
+        for name, value in RAY_ENV_DEFAULTS.items():
+            os.environ.setdefault(name, value)
         # Always a new cluster: a bare init() could join another engineer's.
         ray.init(address="local", num_cpus=8, namespace="serve", include_dashboard=False, log_to_driver=False)
         self.port = free_port()

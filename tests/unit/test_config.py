@@ -103,3 +103,10 @@ def test_ominix_env_names_patch_http_options():
     assert config["http_options"]["port"] == 8080  # the file's config is not modified
     with pytest.raises(SystemExit):
         apply_env(config, {"OMINIX_TLS_CERT": "/c.pem"})
+
+
+def test_make_serve_starts_ray_without_niced_replicas_unless_told_otherwise():
+    from graphs.serve import ray_env
+
+    assert ray_env({"PATH": "/bin"}) == {"PATH": "/bin", "RAY_worker_niceness": "0"}
+    assert ray_env({"RAY_worker_niceness": "10"})["RAY_worker_niceness"] == "10"
