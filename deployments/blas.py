@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +47,10 @@ _REQUIRED_SYMBOLS = ("cblas_sgemm", "cblas_sgemv")
 class BlasChoice:
     library: str  # a path, or "reference" for the wheel's bundled BLAS
     reason: str
+    threads: Optional[int] = None  # OpenBLAS's thread count (the reference BLAS has one)
 
-    def as_dict(self) -> dict[str, str]:
-        return {"library": self.library, "reason": self.reason}
+    def as_dict(self) -> dict[str, Any]:
+        return {"library": self.library, "reason": self.reason, "threads": self.threads}
 
 
 _chosen: Optional[BlasChoice] = None
@@ -61,7 +62,9 @@ def select(setting: Optional[str] = None) -> BlasChoice:
     if _chosen is None:
         _chosen = _select((setting or os.environ.get(ENV) or "auto").strip())
         if _chosen.library != REFERENCE:
-            logger.info("MLX CPU matrix products use %s (%s)", _chosen.library, _chosen.reason)
+            logger.info(
+                "MLX CPU matrix products use %s (%s, %s threads)", _chosen.library, _chosen.reason, _chosen.threads
+            )
     return _chosen
 
 
@@ -76,10 +79,10 @@ def _select(setting: str) -> BlasChoice:
         error = _open_global(setting)
         if error:
             raise RuntimeError(f"{ENV}={setting}: {error}")
-        return BlasChoice(setting, f"{ENV} names it")
+        return BlasChoice(setting, f"{ENV} names it", _threads(setting))
     for path in candidates():
         if _open_global(path) is None:
-            return BlasChoice(path, "system OpenBLAS found")
+            return BlasChoice(path, "system OpenBLAS found", _threads(path))
     return BlasChoice(REFERENCE, "no OpenBLAS installed (apt install libopenblas0-pthread)")
 
 
@@ -90,6 +93,11 @@ def candidates() -> list[str]:
     if by_name:
         found.append(by_name)
     return list(dict.fromkeys(found))
+
+
+def _threads(path: str) -> Optional[int]:
+    get = getattr(ctypes.CDLL(path), "openblas_get_num_threads", None)
+    return int(get()) if get is not None else None
 
 
 def _open_global(path: str) -> Optional[str]:

@@ -150,6 +150,7 @@ class SlotAgent:
             return
         from ray import serve
 
+        from deployments import blas
         from deployments.download_progress import active_downloads
 
         report = ReplicaReport(
@@ -162,6 +163,7 @@ class SlotAgent:
             freed_bytes=self.freed_bytes,
             error=self.error,
             loading={"model": self.loading, "download": active_downloads().get(self.loading)} if self.loading else None,
+            blas=blas.select().as_dict(),
         )
         await self.control.report.remote(report)
 

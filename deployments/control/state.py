@@ -36,6 +36,7 @@ class ReplicaReport(BaseModel):
     freed_bytes: Optional[int] = None  # set by an unload
     error: Optional[str] = None  # the last load that failed, kept until the next success
     loading: Optional[dict] = None  # {"model", "download": bytes/files so far} while a load runs
+    blas: Optional[dict] = None  # the BLAS MLX's CPU backend multiplies with (deployments/blas.py)
     seen_at: float = 0.0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -67,6 +68,18 @@ def test_ready_with_the_configured_default_on_both_replicas(managed):
     assert ready["slots"]["llm"] == {"ready": True, "model": TINY, "replicas": 2}
     assert [r["default_model"] for r in replicas(client)] == [TINY, TINY]
     assert all(r["memory"]["mlx_active_bytes"] > 0 for r in replicas(client))
+
+
+def test_every_replica_says_which_blas_it_multiplies_with(managed):
+    from deployments import blas
+
+    client, _ = managed
+    reports = [r["blas"] for r in replicas(client)]
+    if sys.platform.startswith("linux") and blas.candidates():
+        # The system OpenBLAS is bound in the replica process itself, not only in this one.
+        assert all(b["library"] in blas.candidates() and b["threads"] >= 1 for b in reports), reports
+    else:
+        assert all(b["library"] == blas.REFERENCE for b in reports), reports
 
 
 def test_load_switches_every_replica_and_requests_keep_being_served(managed):
