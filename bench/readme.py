@@ -21,10 +21,21 @@ def block(scenario: str) -> str:
     lines = [f"Measured {meta['finished_at']} with `{meta['command']}` (preset `{meta['preset']}`, "
              f"{meta['duration_s']:.0f} s) on {m['cpu']}, {m['cores']} cores, "
              f"{(m['memory_bytes'] or 0) / 2**30:.0f} GiB; load average before "
-             f"{meta['load_average_before'][0]:.1f}, shared machine: {m['shared']}.", "", md.read_text().strip()]
+             f"{meta['load_average_before'][0]:.1f}, shared machine: {m['shared']}; BLAS: {_blas(m)}.", "",
+             md.read_text().strip()]
     if png.exists():
         lines += ["", f"![{scenario}](bench/results/{scenario}.png)"]
     return "\n".join(lines)
+
+
+def _blas(machine: dict) -> str:
+    blas = machine.get("blas")
+    if not blas:
+        return "the wheel's reference BLAS"
+    if blas["library"] == "reference":
+        return "the wheel's reference BLAS"
+    threads = machine.get("blas_threads") or blas.get("threads")
+    return f"OpenBLAS `{Path(blas['library']).name}`, {threads} thread(s)"
 
 
 def main() -> None:
