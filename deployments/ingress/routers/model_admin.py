@@ -47,7 +47,7 @@ def _check_slot(state: IngressState, slot: str) -> None:
 
 
 def _replica_view(report: dict) -> dict:
-    keys = ("replica_id", "default_model", "loaded_models", "memory", "freed_bytes", "error", "loading")
+    keys = ("replica_id", "default_model", "loaded_models", "memory", "freed_bytes", "error", "loading", "blas")
     return {k: report.get(k) for k in keys}
 
 
