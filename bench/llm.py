@@ -47,6 +47,8 @@ class Timing:
     first: Optional[float]
     end: float
     tokens: int
+    text: str = ""  # the answer, when asked for (bench/prefix.py sends it back as history)
+    cached_tokens: Optional[int] = None  # usage.prompt_tokens_details.cached_tokens, if reported
 
 
 def prompt_text(round_id: int, i: int) -> str:
@@ -80,13 +82,13 @@ def _has_text(chunk: dict) -> bool:
 CONNECT_RETRIES = 3
 
 
-async def stream_chat(http: httpx.AsyncClient, url: str, body: dict) -> Timing:
+async def stream_chat(http: httpx.AsyncClient, url: str, body: dict, keep_text: bool = False) -> Timing:
     """One streamed chat request. A connection dropped before any response (a listen backlog
     overflowing under a burst of new connections) is retried; the wait counts in its TTFT."""
     start = time.perf_counter()
     for attempt in range(CONNECT_RETRIES + 1):
         try:
-            return await _stream_once(http, url, body, start)
+            return await _stream_once(http, url, body, start, keep_text)
         except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError) as e:
             if getattr(e, "response_started", False) or attempt == CONNECT_RETRIES:
                 raise
@@ -94,13 +96,13 @@ async def stream_chat(http: httpx.AsyncClient, url: str, body: dict) -> Timing:
     raise AssertionError("unreachable")
 
 
-async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: float) -> Timing:
+async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: float, keep_text: bool) -> Timing:
     stream = http.stream("POST", url, json=body)
     r = await stream.__aenter__()  # a transport error here: nothing was received, retry is fair
     try:
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        first, tokens = None, None
+        first, tokens, text, cached = None, None, [], None
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -110,8 +112,11 @@ async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: flo
             chunk = json.loads(data)
             if first is None and _has_text(chunk):
                 first = time.perf_counter()
+            if keep_text:
+                text += [(c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or []]
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
+                cached = (chunk["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
     except httpx.TransportError as e:
         e.response_started = True  # part of the answer arrived: never retry (unequal work)
         raise
@@ -119,7 +124,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: flo
         await stream.__aexit__(None, None, None)
     if tokens is None:
         raise RuntimeError(f"{url}: the stream carried no usage")
-    return Timing(start, first, time.perf_counter(), tokens)
+    return Timing(start, first, time.perf_counter(), tokens, "".join(text), cached)
 
 
 class InProcess:

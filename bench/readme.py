@@ -41,7 +41,7 @@ def _blas(machine: dict) -> str:
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
-    for scenario in ("llm", "asr", "tts", "memory"):
+    for scenario in ("llm", "asr", "tts", "memory", "prefix"):
         pattern = re.compile(rf"(<!-- bench:{scenario} -->\n).*?(<!-- /bench:{scenario} -->)", re.S)
         text = pattern.sub(lambda mt: mt.group(1) + block(scenario) + "\n" + mt.group(2), text)
     readme.write_text(text)

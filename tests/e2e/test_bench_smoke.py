@@ -20,7 +20,8 @@ def smoke_results(tmp_path_factory, cache_dir):
     out = tmp_path_factory.mktemp("bench-results")
     env_cache = str(cache_dir)  # the session's model cache: Whisper is converted once
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--cache-dir", env_cache],
+        [sys.executable, "-m", "bench", "--smoke", "--scenarios", "llm,asr,tts,memory,prefix",
+         "--out", str(out), "--cache-dir", env_cache],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     print(proc.stdout[-6000:])
@@ -30,7 +31,7 @@ def smoke_results(tmp_path_factory, cache_dir):
 
 def test_every_scenario_wrote_results_with_the_machine(smoke_results):
     results, out = smoke_results
-    assert set(results) == {"llm", "asr", "tts", "memory"}
+    assert set(results) == {"llm", "asr", "tts", "memory", "prefix"}
     for result in results.values():
         machine = result["machine"]
         assert machine["cores"] >= 1 and machine["versions"]["mlx-lm"] and machine["versions"]["ray"]
@@ -65,3 +66,14 @@ def test_memory_cycle_frees_the_model(smoke_results):
     assert stages["loaded_at_start"]["mlx_active_bytes"] > 0
     assert stages["unloaded"]["mlx_active_bytes"] < stages["loaded_at_start"]["mlx_active_bytes"]
     assert stages["loaded_again"]["rss_bytes"] > 0
+
+
+def test_the_prefix_cache_is_reported_reused_by_the_graph_and_not_when_off(smoke_results):
+    prefix = smoke_results[0]["prefix"]["results"]
+    assert set(prefix) == {"graph", "graph_no_prefix_cache", "mlx_lm_server"}
+    for m in prefix.values():
+        assert m["shared_system_prompt_ttft_p50_ms"] > 0 and m["second_turn_ttft_p50_ms"] > 0
+    # The second turn resends the first turn and its answer: the graph reuses them, the same
+    # graph with the cache off reuses nothing.
+    assert prefix["graph"]["second_turn_cached_tokens_mean"] > prefix["graph"]["shared_system_prompt_cached_tokens_mean"] > 0
+    assert prefix["graph_no_prefix_cache"]["second_turn_cached_tokens_mean"] == 0
