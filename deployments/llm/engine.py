@@ -346,15 +346,25 @@ class LLMEngine(EngineThread):
         ]
         if not uids or self.prefix_cache is None:
             return
-        for uid, (cache, tokens) in self._batch.extract_cache(uids).items():
+        try:
+            caches = self._batch.extract_cache(uids)
+        except Exception:  # as in _keep_cache: a lost optimisation, not a failed batch
+            logger.exception("Could not extract prompt caches; the prefix cache is turned off")
+            self.prefix_cache = None
+            return
+        for uid, (cache, tokens) in caches.items():
             self._keep_cache(tokens, cache, active[uid].keep_at_ends.pop(0))
 
     def _keep_cache(self, tokens: Optional[list[int]], cache: Optional[list[Any]], kind: str) -> None:
         if self.prefix_cache is None or not tokens or cache is None:
             return
-        self.prefix_cache.keep(tokens, cache, kind)
-        # What the running batch holds counts against the same budget (mlx_lm.server does this).
-        self.prefix_cache.trim_to(self.config.prefix_cache_bytes - self._batch.prompt_cache_nbytes)
+        try:
+            self.prefix_cache.keep(tokens, cache, kind)
+            # What the running batch holds counts against the same budget (as mlx_lm.server does).
+            self.prefix_cache.trim_to(self.config.prefix_cache_bytes - self._batch.prompt_cache_nbytes)
+        except Exception:  # the cache only saves time: never fail the running batch for it
+            logger.exception("Could not keep a prompt cache; the prefix cache is turned off")
+            self.prefix_cache = None
 
     def _on_token(self, seq: _Sequence, token: int, finish_reason: Optional[str]) -> object:
         """Feed one generated token to its sequence; say whether and how it ended."""

@@ -94,3 +94,18 @@ async def test_without_the_cache_nothing_is_reused(engines):
     await chat(plain, _system("one"))
     _, usage, _ = await chat(plain, _system("two"))
     assert usage.prompt_tokens_details.cached_tokens == 0 and plain.prefix_cache is None
+
+
+async def test_a_failing_cache_turns_itself_off_and_the_generation_goes_on(tiny_llm_dir):
+    engine = await LLMEngine.start("tiny", tiny_llm_dir, EngineConfig())
+    try:
+        def broken(*args, **kwargs):
+            raise MemoryError("no room for the cache")
+
+        engine.prefix_cache.keep = broken
+        text, usage, _ = await chat(engine, _system("Still answering?"))
+        assert usage.completion_tokens == 12 and engine.prefix_cache is None
+        again, usage, _ = await chat(engine, _system("Still answering?"))
+        assert again == text and usage.prompt_tokens_details.cached_tokens == 0
+    finally:
+        engine.shutdown()
