@@ -12,6 +12,8 @@ from typing import Optional
 
 import httpx
 
+from deployments.slots import SLOTS
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -59,7 +61,7 @@ class BenchCluster:
         from graphs.config import GraphArgs
         from graphs.omni import build_graph
 
-        off = {slot: {"enabled": False} for slot in GraphArgs.model_fields if slot in ("llm", "asr", "tts", "image")}
+        off = {slot: {"enabled": False} for slot in SLOTS}
         full = {"cache_dir": str(self.cache_dir), **off, "security": {"max_concurrent_requests": 256}, **args}
         config = GraphArgs.model_validate(full)  # no env overrides: the benchmark decides
         serve.run(build_graph(config, options or {}), name=name, route_prefix=f"/{name}")
@@ -71,11 +73,9 @@ class BenchCluster:
         serve.delete(name)
 
     def replica_pids(self, app: str, deployment: str) -> list[int]:
-        # The GCS actor table (the state API needs the dashboard, which the harness leaves off).
-        import ray._private.state as gcs_state
+        from deployments.ray_internals import live_actor_pids
 
-        wanted = f"ServeReplica:{app}:{deployment}"
-        return [a["Pid"] for a in gcs_state.actors().values() if a["ActorClassName"] == wanted and a["State"] == "ALIVE"]
+        return live_actor_pids(f"ServeReplica:{app}:{deployment}")
 
 
 def rss_bytes(pid: int) -> Optional[int]:

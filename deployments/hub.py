@@ -98,15 +98,16 @@ def resolve_model_dir(
         finished(model_id)
 
 
-def check_model_available(model_id: str, *, builtins: BuiltinGenerators) -> None:
-    """Cheap start-up check: fail fast, naming the model, before replicas try to load it."""
+def check_model_available(model_id: str, *, builtins: BuiltinGenerators, root_file: str = "config.json") -> None:
+    """Cheap start-up check: fail fast, naming the model, before replicas try to load it.
+    `root_file`: a file every repo of the slot's format has at its root (a cached one counts)."""
     if model_id in builtins or Path(model_id).expanduser().is_dir():
         return
     if not looks_like_repo_id(model_id):
         resolve_model_dir(model_id, builtins=builtins)  # raises with the reason
     from huggingface_hub import try_to_load_from_cache
 
-    cached = try_to_load_from_cache(model_id, "config.json")
+    cached = try_to_load_from_cache(model_id, root_file)
     if isinstance(cached, str):
         return
     from huggingface_hub import model_info

@@ -1,5 +1,5 @@
 """Per-model slot metrics: Ray Serve metrics (exported to Prometheus as `ray_<name>`) plus
-running totals for the JSON summary of GET /metrics. Every slot (LLM, ASR, TTS) declares its
+running totals for the JSON summary of GET /metrics. Every slot declares its
 counters and histograms here once and records through `add` / `observe`.
 
 Ray-free outside a Serve replica: there only the totals are kept (unit tests, tools).
@@ -72,23 +72,3 @@ class ModelMetrics:
 
     def summaries(self) -> dict[str, dict[str, float]]:
         return {model: self.summary(model) for model in list(self.totals)}
-
-
-class PerReplica:
-    """A class attribute that gives each deployment instance its own metrics object, made on
-    first use: inside the replica (where Serve metrics register), without touching __init__,
-    and picklable with the class (functools.cached_property holds a lock and is not)."""
-
-    def __init__(self, factory):
-        self.factory = factory
-
-    def __set_name__(self, owner, name):
-        self.attribute = f"_{name}"
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return self
-        value = obj.__dict__.get(self.attribute)
-        if value is None:
-            value = obj.__dict__[self.attribute] = self.factory()
-        return value

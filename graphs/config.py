@@ -1,8 +1,8 @@
 """The graph's arguments (`applications[].args` in serve_config.yaml), validated.
 
 OminiX-API's environment variable names override the args, so an OminiX user can switch
-without relearning: LLM_MODEL sets the LLM slot's default model. The HTTP port is Ray Serve's
-`http_options.port` in serve_config.yaml.
+without relearning: LLM_MODEL sets the LLM slot's default model (the table and its one rule:
+deployments/env.py). The HTTP port is Ray Serve's `http_options.port` in serve_config.yaml.
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
-from deployments.ingress.config import IngressSettings, hash_key
-from deployments.asr.config import ASRSlotConfig, parse_mode
+from deployments import env
 from deployments.control.policy import SlotModelsConfig
+from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
+from deployments.env import ConfigError
 from deployments.hub import default_cache_dir
-from deployments.image.config import ImageSlotConfig
-from deployments.llm.config import LLMSlotConfig
-from deployments.tts.config import TTSSlotConfig
+from deployments.ingress.config import IngressSettings, hash_key
+from deployments.slots import SLOTS
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 # The ingress's chat timeout stays this much above the CUDA route's, so the route times out first.
@@ -44,7 +43,9 @@ class InsecureBind(ValueError):
     """Refusing to serve without keys on a non-loopback address."""
 
 
-class GraphArgs(BaseModel):
+class GraphArgsBase(BaseModel):
+    """The args every graph has; `GraphArgs` adds one block per slot of the registry."""
+
     model_config = ConfigDict(extra="forbid")
 
     cache_dir: Optional[str] = Field(
@@ -54,47 +55,23 @@ class GraphArgs(BaseModel):
         True, description="Fail start-up when a configured model is neither local nor reachable"
     )
     security: SecurityArgs = Field(default_factory=SecurityArgs)
-    llm: LLMSlotConfig = Field(default_factory=LLMSlotConfig)
     cuda: CudaArgs = Field(
         default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
     )
-    asr: ASRSlotConfig = Field(default_factory=ASRSlotConfig)
-    tts: TTSSlotConfig = Field(default_factory=TTSSlotConfig)
-    image: ImageSlotConfig = Field(default_factory=ImageSlotConfig)
-    manifest: Optional[str] = Field(
-        None, description="App manifest (ominix.toml) checked at start-up (env OMINIX_APP_MANIFEST)"
-    )
+    manifest: Optional[str] = Field(None, description="App manifest (ominix.toml) checked at start-up")
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgs":
-        config = cls.model_validate(dict(args or {}))
-        return config.with_env(environ)
-
-    def with_env(self, environ: Mapping[str, str]) -> "GraphArgs":
-        config = self.model_copy(deep=True)
-        llm_model = environ.get("LLM_MODEL", "").strip()
-        if llm_model:
-            config.llm.default_model = llm_model
-        _asr_env(config.asr, environ)
-        _apply_tts_env(config.tts, environ)
-        image_model = environ.get("IMAGE_MODEL", "").strip()
-        if image_model:  # OminiX-API's IMAGE_MODEL=flux|zimage, or a repo id / directory
-            config.image.default_model = config.image.resolve_alias(image_model)
-        cache_dir = environ.get("OMINIX_CACHE_DIR", "").strip()
-        if cache_dir:
-            config.cache_dir = cache_dir
-        sec = config.security
-        keys = [k.strip() for k in environ.get("OMINIX_API_KEY", "").split(",") if k.strip()]
-        sec.api_keys = list(dict.fromkeys([*sec.api_keys, *keys]))
-        origins = [o.strip() for o in environ.get("OMINIX_CORS_ORIGINS", "").split(",") if o.strip()]
-        sec.cors_origins = origins or sec.cors_origins
-        if environ.get("OMINIX_MAX_CONNS", "").strip():
-            sec.max_concurrent_requests = int(environ["OMINIX_MAX_CONNS"])
-        if environ.get("OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS", "").strip().lower() in ("1", "true", "yes"):
-            sec.allow_unauthenticated_network_access = True
-        config.cuda = config.cuda.with_env(environ)
-        config.manifest = environ.get("OMINIX_APP_MANIFEST", "").strip() or config.manifest
-        return config
+    def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgsBase":
+        """The args with the environment's overrides applied (deployments/env.py: one rule)."""
+        targets = env.overrides(environ)
+        try:
+            return cls.model_validate(env.apply(args or {}, targets))
+        except ValidationError as e:
+            for error in e.errors():
+                var = env.variable_for(error["loc"], targets)
+                if var is not None:  # name the variable, never echo its value (keys, tokens)
+                    raise ConfigError(f"{var.name}: {error['msg']}") from None
+            raise
 
     def cuda_route(self) -> Optional[CudaRoute]:
         """The validated CUDA route, or None when none of its settings is present."""
@@ -126,15 +103,9 @@ class GraphArgs(BaseModel):
         return settings if cuda_route is None else _with_cuda_route(settings, cuda_route)
 
     def catalog(self) -> dict[str, dict]:
-        """slot -> its allowed model ids (default first) and models directory, for the ingress."""
-        slots = {
-            slot: {"models": config.allowed_models(), "models_dir": config.models_dir}
-            for slot, config in self.slots().items()
-        }
-        if "image" in slots:  # quantized copies live in its models directory; OminiX-API's aliases
-            slots["image"]["models_dir"] = str(self.image.models_root(self.resolved_cache_dir()))
-            slots["image"]["aliases"] = {k.lower(): v for k, v in self.image.aliases.items()}
-        return slots
+        """slot -> its allowed model ids (default first), models directory and aliases."""
+        cache_dir = self.resolved_cache_dir()
+        return {name: config.catalog_entry(cache_dir) for name, config in self.slots().items()}
 
     def resolved_cache_dir(self):
         return Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()
@@ -144,9 +115,19 @@ class GraphArgs(BaseModel):
         return {slot: config.default_model for slot, config in self.slots().items()}
 
     def slots(self) -> dict[str, SlotModelsConfig]:
-        """The enabled model slots by name (llm, asr, tts, image)."""
-        candidates = {"llm": self.llm, "asr": self.asr, "tts": self.tts, "image": self.image}
-        return {slot: config for slot, config in candidates.items() if config.enabled}
+        """The enabled model slots by name, in registry order."""
+        return {name: getattr(self, name) for name in SLOTS if getattr(self, name).enabled}
+
+
+GraphArgs = create_model(
+    "GraphArgs",
+    __base__=GraphArgsBase,
+    __doc__="The graph's args: the common blocks plus one block per slot (deployments/slots.py).",
+    **{
+        name: (slot.config, Field(default_factory=slot.config, description=f"The {slot.label} slot"))
+        for name, slot in SLOTS.items()
+    },
+)
 
 
 def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSettings:
@@ -163,32 +144,3 @@ def _with_cuda_route(settings: IngressSettings, route: CudaRoute) -> IngressSett
         if policy.prefix == "/v1/chat/completions" and policy.timeout_s is not None:
             policy.timeout_s = max(policy.timeout_s, route.timeout_s + CUDA_TIMEOUT_MARGIN_S)
     return settings
-
-
-def _asr_env(asr: ASRSlotConfig, environ: Mapping[str, str]) -> None:
-    """OminiX-API's ASR variables: ASR_MODEL_DIR (the model), ASR_MODE, ASR_MAX_BATCH."""
-    model = environ.get("ASR_MODEL_DIR", "").strip()
-    if model:
-        asr.default_model = model
-    mode = environ.get("ASR_MODE", "").strip()
-    if mode:
-        asr.mode = parse_mode(mode)
-    max_batch = environ.get("ASR_MAX_BATCH", "").strip()
-    if max_batch:
-        if not max_batch.isdigit() or int(max_batch) < 1:
-            raise ValueError(f"ASR_MAX_BATCH must be an integer >= 1, got {max_batch!r}")
-        asr.max_batch = int(max_batch)
-
-
-def _apply_tts_env(tts: TTSSlotConfig, environ: Mapping[str, str]) -> None:
-    """TTS_MODEL (like LLM_MODEL; OminiX-API's QWEN3_TTS_MODEL_DIR works too), and OminiX-API's
-    VOICES_CONFIG and TTS_VOICES_DIR."""
-    model = environ.get("TTS_MODEL", "").strip() or environ.get("QWEN3_TTS_MODEL_DIR", "").strip()
-    if model:
-        tts.default_model = model
-    voices_config = environ.get("VOICES_CONFIG", "").strip()
-    if voices_config:
-        tts.voices_config = voices_config
-    voices_dir = environ.get("TTS_VOICES_DIR", "").strip()
-    if voices_dir:
-        tts.voices_dir = voices_dir

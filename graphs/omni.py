@@ -1,4 +1,5 @@
-"""The ominix graph: ingress + one deployment per enabled model slot.
+"""The ominix graph: ingress + one deployment per enabled model slot of the registry
+(deployments/slots.py), Control, and the CUDA proxy when a route is configured.
 
 `serve run serve_config.yaml` calls `build_app(args)`; slots that are turned off are not bound.
 """
@@ -12,19 +13,19 @@ from typing import Any, Optional
 from ray.serve import Application
 
 from deployments import __version__
-from deployments.asr.deployment import BUILTIN_ASR_MODELS, ASRSlot
 from deployments.control.capabilities import categories, registry
 from deployments.control.deployment import Control
 from deployments.cuda_proxy.deployment import CudaProxy
-from deployments.hub import ModelUnavailable, check_model_available, looks_like_repo_id
-from deployments.image.deployment import BUILTIN_IMAGE_MODELS, ImageSlot
+from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
-from deployments.llm.deployment import BUILTIN_LLMS, LLMSlot
-from deployments.tts.deployment import BUILTIN_TTS, TTSSlot
+from deployments.ray_internals import serve_http_host
+from deployments.slots import SLOTS, Slot
 from graphs.config import GraphArgs
 from graphs.manifest import check_manifest
 
 logger = logging.getLogger("ray.serve")
+
+HEALTH_CHECK_PERIOD_S = 10
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
@@ -40,7 +41,7 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     cuda_route = config.cuda_route()  # an invalid route stops start-up: never silently local
     if config.check_models:
         _check_models(config)
-    bind_host = _serve_http_host()
+    bind_host = serve_http_host()
     settings = config.ingress_settings(bind_host)
     logger.info(
         "Security mode: %s on %s; CORS origins %s; at most %d requests in flight per ingress replica",
@@ -51,33 +52,35 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     )
     # A fresh build id per build: a redeploy starts from the config, a Control restart does not.
     control = Control.options(**options.get("Control", {})).bind(config.defaults(), uuid.uuid4().hex)
-    llm = None
-    if config.llm.enabled:
-        llm = LLMSlot.options(**options.get("LLM", {})).bind(
-            config.llm.model_dump(), cache_dir=config.cache_dir, control=control
-        )
-    asr = None
-    if config.asr.enabled:
-        asr = ASRSlot.options(**options.get("ASR", {})).bind(
-            config.asr.model_dump(), cache_dir=config.cache_dir, control=control
-        )
-    tts = None
-    if config.tts.enabled:
-        tts = TTSSlot.options(**options.get("TTS", {})).bind(
-            config.tts.model_dump(), cache_dir=config.cache_dir, control=control
-        )
-    image = None
-    if config.image.enabled:
-        image = ImageSlot.options(**options.get("Image", {})).bind(
-            config.image.model_dump(), cache_dir=config.cache_dir, control=control
-        )
+    slots = {
+        name: bind_slot(SLOTS[name], slot_config, config.cache_dir, control, options)
+        for name, slot_config in config.slots().items()
+    }
     cuda = {}
     if cuda_route is not None:
         cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
     ingress = Ingress.options(**options.get("Ingress", {}))
-    return ingress.bind(
-        config.catalog(), settings.model_dump(), control=control, llm=llm, asr=asr, tts=tts, image=image, **cuda
+    return ingress.bind(config.catalog(), settings.model_dump(), control=control, slots=slots, **cuda)
+
+
+def bind_slot(slot: Slot, slot_config, cache_dir: Optional[str], control, options: dict[str, dict]):
+    """One slot's deployment, bound with its Serve options: the ones its config decides
+    (slot_options) under the caller's (tests, benchmarks; serve_config.yaml's `deployments:`
+    block is applied by Serve on top of both)."""
+    deployment = slot.deployment_class().options(
+        **{**slot_options(slot, slot_config), **options.get(slot.deployment_name, {})}
     )
+    return deployment.bind(slot_config.model_dump(), cache_dir=cache_dir, control=control)
+
+
+def slot_options(slot: Slot, slot_config) -> dict[str, Any]:
+    """The Serve options a slot's config decides, derived here only, so the deployment, its
+    config and serve_config.yaml cannot disagree (serve_config.yaml leaves these out)."""
+    return {
+        "name": slot.deployment_name,
+        "max_ongoing_requests": slot_config.max_ongoing_requests(),
+        "health_check_period_s": HEALTH_CHECK_PERIOD_S,
+    }
 
 
 def check_app_manifest(config: GraphArgs) -> None:
@@ -88,39 +91,12 @@ def check_app_manifest(config: GraphArgs) -> None:
                     manifest.path, manifest.name, manifest.version, len(manifest.requires))
 
 
-def _serve_http_host() -> Optional[str]:
-    """The host Serve's HTTP proxy binds (http_options.host), or None if it cannot be read."""
-    try:
-        import ray
-        from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
-        controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-        return ray.get(controller.get_http_config.remote(), timeout=10).host
-    except Exception as e:  # not inside a Serve cluster (unit tests, `serve build`)
-        logger.debug("Could not read Serve's HTTP host: %s", e)
-        return None
-
-
-BUILTIN_MODELS = {"llm": BUILTIN_LLMS, "asr": BUILTIN_ASR_MODELS, "tts": BUILTIN_TTS, "image": BUILTIN_IMAGE_MODELS}
-
-
 def _check_models(config: GraphArgs) -> None:
     """Fail start-up, naming the slot, when a default model is neither built in, local nor reachable."""
-    for slot, slot_config in config.slots().items():
-        if slot == "image" and _cached_diffusers_repo(slot_config.default_model):
-            continue
+    for name, slot_config in config.slots().items():
+        slot = SLOTS[name]
         try:
-            check_model_available(slot_config.default_model, builtins=BUILTIN_MODELS[slot])
+            check_model_available(slot_config.default_model, builtins=slot.builtins, root_file=slot.repo_root_file)
         except ModelUnavailable as e:
-            logger.error("%s slot: %s", slot.upper(), e)
-            raise ModelUnavailable(f"{slot.upper()} slot cannot start: {e}") from None
-
-
-def _cached_diffusers_repo(model: str) -> bool:
-    """Diffusers-layout repos (FLUX.2-klein, Z-Image) keep model_index.json at their root, not
-    the config.json the shared check looks for in the cache."""
-    if not looks_like_repo_id(model):
-        return False
-    from huggingface_hub import try_to_load_from_cache
-
-    return isinstance(try_to_load_from_cache(model, "model_index.json"), str)
+            logger.error("%s slot: %s", slot.label, e)
+            raise ModelUnavailable(f"{slot.label} slot cannot start: {e}") from None

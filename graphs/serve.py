@@ -1,10 +1,7 @@
 """`python -m graphs.serve [serve run options]`: `serve run serve_config.yaml` with OminiX-API's
-environment names applied to Ray Serve's HTTP options, which Ray reads before any graph code runs:
-
-  PORT              http_options.port
-  OMINIX_API_HOST   http_options.host
-  OMINIX_TLS_CERT   http_options.ssl_certfile  (with OMINIX_TLS_KEY: serve HTTPS)
-  OMINIX_TLS_KEY    http_options.ssl_keyfile
+environment names applied to Ray Serve's HTTP options, which Ray reads before any graph code runs
+(PORT, OMINIX_API_HOST, OMINIX_TLS_CERT + OMINIX_TLS_KEY: the `http_options.` rows of the table
+in deployments/env.py, under its one rule).
 
 The config file is not modified; a patched copy is passed to `serve run`. It also starts Ray
 with the settings in RAY_ENV_DEFAULTS unless the environment sets them.
@@ -20,13 +17,7 @@ from typing import Mapping
 
 import yaml
 
-ENV_TO_HTTP_OPTION = {
-    "PORT": ("port", int),
-    "OMINIX_API_HOST": ("host", str),
-    "OMINIX_TLS_CERT": ("ssl_certfile", str),
-    "OMINIX_TLS_KEY": ("ssl_keyfile", str),
-}
-
+from deployments.env import ConfigError, overrides
 
 # Ray starts every worker process (the proxy, every replica) at nice 15, so that on a shared
 # machine anything outside Ray wins the CPU over the model replicas: an HTTP client on the same
@@ -40,11 +31,14 @@ def ray_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def apply_env(config: dict, environ: Mapping[str, str]) -> dict:
-    http = dict(config.get("http_options") or {})
-    for var, (option, cast) in ENV_TO_HTTP_OPTION.items():
-        value = environ.get(var, "").strip()
-        if value:
-            http[option] = cast(os.path.expanduser(value) if cast is str else value)
+    try:
+        targets = overrides(environ, http=True)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    http = {**dict(config.get("http_options") or {}), **{option: value for option, (_, value) in targets.items()}}
+    for option in ("ssl_certfile", "ssl_keyfile"):
+        if http.get(option):
+            http[option] = os.path.expanduser(http[option])
     if bool(http.get("ssl_certfile")) != bool(http.get("ssl_keyfile")):
         raise SystemExit("TLS needs both a certificate and a key (OMINIX_TLS_CERT and OMINIX_TLS_KEY)")
     return {**config, "http_options": http}

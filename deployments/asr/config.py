@@ -86,3 +86,7 @@ class ASRSlotConfig(SlotModelsConfig):
 
     def batching(self) -> BatchingMode:
         return effective_batching(self.mode, self.max_batch)
+
+    def max_ongoing_requests(self) -> int:
+        # Audio is decoded before it joins a batch: room for two full batches, at least 64.
+        return max(64, 2 * self.batching().max_batch_size)

@@ -19,25 +19,16 @@ from typing import Optional
 import numpy as np
 from ray import serve
 
-from deployments.asr.config import ASRSlotConfig
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
 from deployments.asr.metrics import TranscriptionMetrics
-from deployments.metrics import PerReplica
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
-from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.transcript import Transcript
-from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID, ensure_whisper_tiny_en
-from deployments.control.agent import SlotAgent
-from deployments.control.replica_models import ReplicaModels
 from deployments.audio.decode import AudioDecodeError, decode_audio
-from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import TranscriptionParams
+from deployments.slot_replica import SlotReplica
 
 logger = logging.getLogger("ray.serve")
-
-BUILTIN_ASR_MODELS = {WHISPER_TINY_EN_ID: ensure_whisper_tiny_en, TINY_WHISPER_ID: ensure_tiny_whisper}
-ASR_FILE_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py"]
 
 
 @dataclass
@@ -49,47 +40,34 @@ class _Job:
     samples: np.ndarray
 
 
-@serve.deployment(name="ASR", max_ongoing_requests=64, health_check_period_s=10)
-class ASRSlot:
-    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
-        self.config = ASRSlotConfig.model_validate(config)
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+@serve.deployment
+class ASRSlot(SlotReplica):
+    slot_name = "asr"
+    file_patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py"]
+    metrics_class = TranscriptionMetrics
+
+    async def setup(self) -> None:
         self.batch_sizes: dict[int, int] = defaultdict(int)  # batch size -> how many batches
         mode = self.config.batching()
         self._batched.set_max_batch_size(mode.max_batch_size)
         self._batched.set_batch_wait_timeout_s(mode.wait_s)
         logger.info("ASR batching mode %s: batches of up to %d, %.0f ms wait",
                     mode.name, mode.max_batch_size, mode.wait_s * 1000)
-        self.models = ReplicaModels("asr", self._load_engine, self.config.max_models_per_replica)
-        self.agent = SlotAgent.for_models("asr", control, self.models, self.config.default_model)
-        await self.agent.start()  # the slot's current default is loaded before we serve
 
-    async def _load_engine(self, model_id: str) -> ASREngine:
-        model_dir = await asyncio.to_thread(
-            resolve_model_dir, model_id, builtins=BUILTIN_ASR_MODELS,
-            cache_dir=self.cache_dir, allow_patterns=ASR_FILE_PATTERNS,
-        )
+    async def start_engine(self, model_id: str, model_dir: Path) -> ASREngine:
         engine_config = EngineConfig(
             dtype=self.config.dtype,
             max_chunk_s=self.config.max_chunk_s,
             max_windows_per_pass=max(32, self.config.batching().max_batch_size),
         )
-        engine = await ASREngine.start(model_id, model_dir, engine_config)
-        if model_id == TINY_WHISPER_ID:
-            logger.warning("ASR model '%s' has random weights: its transcripts are meaningless", model_id)
-        return engine
-
-    async def _engine(self) -> ASREngine:
-        return await self.models.for_request(
-            self.agent.default_model, self.config.allowed_models(), self.config.models_dir
-        )
+        return await ASREngine.start(model_id, model_dir, engine_config)
 
     async def transcribe(
         self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
     ) -> Transcript:
         """Transcribe uploaded bytes, or a file under the configured `files_dir`."""
         started = time.perf_counter()
-        engine = await self._engine()
+        engine = await self.engine()
         options = TranscribeOptions(
             language=params.language, prompt=params.prompt,
             temperature=params.temperature, word_timestamps=params.word_timestamps,
@@ -129,18 +107,9 @@ class ASRSlot:
                 results[i] = transcript
         return results
 
-    metrics = PerReplica(TranscriptionMetrics)
-
-    def metrics_summary(self) -> dict:
-        """GET /metrics: this replica's numbers per model."""
-        return {"replica": serve.get_replica_context().replica_id.unique_id, "models": self.metrics.summaries()}
-
     def stats(self) -> dict:
         """Batches seen by size, and each engine's forward-pass counters."""
         return {
             "batch_sizes": dict(self.batch_sizes),
             "engines": {e.model_id: dict(e.stats) for e in self.models.engines()},
         }
-
-    def check_health(self) -> None:
-        self.models.check_health()

@@ -70,14 +70,6 @@ class SlotAgent:
         self._fallback = fallback_default
         self._task: Optional[asyncio.Task] = None
 
-    @classmethod
-    def for_models(cls, slot: str, control, models, fallback_default: str) -> "SlotAgent":
-        """The agent of a slot replica whose engines live in a `ReplicaModels`."""
-        return cls(
-            slot, control, load_default=models.get, unload_all=models.unload_all,
-            loaded_models=models.loaded, fallback_default=fallback_default,
-        )
-
     async def start(self) -> None:
         """Apply the slot's current state before the replica serves, then follow changes."""
         desired = Desired(slot=self.slot, model=self._fallback)

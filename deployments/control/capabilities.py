@@ -1,8 +1,9 @@
 """The capability registry: which engine serves each slot category, its version, what it can do.
 
 OminiX-API builds this from its engine crates' manifests; here an engine is the Python package a
-slot drives, and its version is the installed distribution's. /v1/version shows the registry and
-the app manifest (graphs/manifest.py) is checked against it at start-up. Only the categories of
+slot drives (its `engine` entry in the slot registry, deployments/slots.py), and its version is
+the installed distribution's. /v1/version shows the registry and the app manifest
+(graphs/manifest.py) is checked against it at start-up. Only the categories of
 slots that are enabled in this graph are available: an app that needs TTS cannot start on a
 graph whose TTS slot is off.
 """
@@ -13,26 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Iterable, Optional
 
-
-@dataclass(frozen=True)
-class Engine:
-    name: str
-    package: str  # the distribution whose version is the engine's version
-    category: str  # the slot it serves: llm | asr | tts | image
-    description: str
-    capabilities: tuple[str, ...]
-
-
-ENGINES = (
-    Engine("mlx-lm", "mlx-lm", "llm", "Chat and completions with continuous batching (mlx-lm BatchGenerator)",
-           ("chat", "completions", "streaming", "continuous_batching", "tool_use", "thinking", "multiplexing")),
-    Engine("mlx-audio-stt", "mlx-audio", "asr", "Speech to text (Whisper and mlx-audio STT models)",
-           ("transcription", "timestamps", "batching", "vad", "multilingual")),
-    Engine("mlx-audio-tts", "mlx-audio", "tts", "Text to speech (mlx-audio TTS models)",
-           ("streaming", "voice_cloning", "websocket", "preset_voices")),
-    Engine("mflux", "mflux", "image", "Image generation (FLUX.2-klein via mflux)",
-           ("text_to_image", "image_to_image", "quantization")),
-)
+from deployments.slots import SLOTS
 
 
 @dataclass(frozen=True)
@@ -53,13 +35,13 @@ def _installed_version(package: str) -> Optional[str]:
 def registry(enabled_slots: Iterable[str]) -> dict[str, dict]:
     """engine name -> {name, version, category, description, capabilities}, for the enabled slots
     whose engine package is installed."""
-    enabled = set(enabled_slots)
     out = {}
-    for engine in ENGINES:
+    for name in enabled_slots:
+        engine = SLOTS[name].engine
         installed = _installed_version(engine.package)
-        if engine.category in enabled and installed is not None:
+        if installed is not None:
             out[engine.name] = {
-                "name": engine.name, "version": installed, "category": engine.category,
+                "name": engine.name, "version": installed, "category": name,
                 "description": engine.description, "capabilities": list(engine.capabilities),
             }
     return out

@@ -18,11 +18,11 @@ from typing import Optional
 from ray import serve
 
 from deployments.control.state import ControlState, Desired, ReplicaReport
+from deployments.ray_internals import session_dir
+from deployments.slots import SLOTS
 
 logger = logging.getLogger("ray.serve")
 
-# The Serve deployment that runs each slot, to count its running replicas.
-SLOT_DEPLOYMENTS = {"llm": "LLM", "asr": "ASR", "tts": "TTS", "image": "Image"}
 
 
 def state_file(session_dir: Path, app: str, build_id: str) -> Path:
@@ -36,12 +36,12 @@ def state_file(session_dir: Path, app: str, build_id: str) -> Path:
 
 
 def _session_state_file(build_id: str) -> Optional[Path]:
+    session = session_dir()
+    if session is None:
+        return None
     try:
-        from ray._private import worker
-
-        session_dir = Path(worker._global_node.get_session_dir_path())
-        return state_file(session_dir, serve.get_replica_context().app_name, build_id)
-    except Exception:
+        return state_file(session, serve.get_replica_context().app_name, build_id)
+    except Exception:  # not inside a replica
         return None
 
 
@@ -91,7 +91,7 @@ class Control:
     def _running_replicas(self, slot: str) -> int:
         try:
             app = serve.get_replica_context().app_name
-            deployment = serve.status().applications[app].deployments[SLOT_DEPLOYMENTS[slot]]
+            deployment = serve.status().applications[app].deployments[SLOTS[slot].deployment_name]
             return deployment.replica_states.get("RUNNING", 0)
         except Exception:
             return 1

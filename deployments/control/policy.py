@@ -33,6 +33,15 @@ class SlotModelsConfig(BaseModel):
     def allowed_models(self) -> list[str]:
         return list(dict.fromkeys([self.default_model, *self.models]))
 
+    def max_ongoing_requests(self) -> int:
+        """Requests Serve sends one replica at once; more wait in Serve's queue, where the
+        autoscaler sees them. Each slot derives it from its own settings (graphs/omni.py)."""
+        raise NotImplementedError
+
+    def catalog_entry(self, cache_dir: Path) -> dict:
+        """What the ingress's model catalog needs of this slot (deployments/ingress/catalog.py)."""
+        return {"models": self.allowed_models(), "models_dir": self.models_dir}
+
 
 def check_model_allowed(model: str, allowed_ids: Sequence[str], models_dir: Optional[str], slot: str) -> None:
     if model in allowed_ids:

@@ -16,6 +16,7 @@ from ray import serve
 
 from deployments.control.policy import check_model_allowed
 from deployments.protocol.errors import APIError, unavailable
+from deployments.ray_internals import multiplex_wrapper
 
 Engine = TypeVar("Engine")
 
@@ -62,7 +63,7 @@ class ReplicaModels(Generic[Engine]):
     async def unload_all(self) -> None:
         # Evicting through the multiplexer calls each engine's __del__ (thread stop, cache
         # clear); engines it no longer tracks are shut down directly.
-        wrapper = getattr(self._loader, "__serve_multiplex_wrapper", None)
+        wrapper = multiplex_wrapper(self._loader)
         while wrapper is not None and wrapper.models:
             await wrapper.unload_model_lru()
         for engine in list(self._engines):

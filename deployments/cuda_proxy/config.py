@@ -2,7 +2,8 @@
 
 Every rule fails start-up with a message naming the variable, because a half-configured route
 must never silently fall back to local models (fail closed). The graph args (`cuda:` block)
-carry the same six values; an environment variable that is present overrides its arg.
+carry the same six values; an environment variable that is set overrides its arg
+(deployments/env.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any, Mapping, Optional, Union
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
+
+from deployments.env import ConfigError
 
 URL_VAR = "OMINIX_V0_SCHEDULER_URL"
 TOKEN_VAR = "OMINIX_V0_SCHEDULER_TOKEN"
@@ -30,7 +33,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
-class CudaConfigError(ValueError):
+class CudaConfigError(ConfigError):
     """The CUDA route is configured wrongly; start-up must stop."""
 
 
@@ -57,14 +60,6 @@ class CudaArgs(BaseModel):
     served_model: Optional[str] = None
     scheduler_timeout_secs: Union[int, str, None] = None
     chat_template_kwargs: Union[dict[str, Any], str, None] = None
-
-    def with_env(self, environ: Mapping[str, str]) -> "CudaArgs":
-        """Present environment variables replace their args (blank ones too: that is an error)."""
-        values = self.model_dump()
-        for name, var in ARG_VARS.items():
-            if var in environ:
-                values[name] = environ[var]
-        return CudaArgs.model_validate(values)
 
     def settings(self) -> dict[str, Optional[str]]:
         """Variable name -> raw text (None when absent), as the environment would carry it."""

@@ -14,72 +14,52 @@ import random
 import re
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ray import serve
 
-from deployments.control.agent import SlotAgent
 from deployments.control.policy import check_model_allowed
-from deployments.control.replica_models import ReplicaModels
-from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.image.codec import BadImage, open_image
-from deployments.image.config import ImageSlotConfig
 from deployments.image.engine import ImageEngine, ImageJob
-from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
+from deployments.image.metrics import ImageMetrics
 from deployments.protocol.errors import invalid_request, unavailable
 from deployments.protocol.images import MAX_SEED, GeneratedImages, ImageParams
+from deployments.slot_replica import SlotReplica
 
 logger = logging.getLogger("ray.serve")
 
-BUILTIN_IMAGE_MODELS = {TINY_IMAGE_ID: ensure_tiny_image}
-# What mflux reads from a Hugging Face repo (FLUX.2-klein, Z-Image: diffusers layout); the
-# single-file checkpoint some repos also carry at their root is not needed.
-IMAGE_FILE_PATTERNS = [
-    "*.json", "*.jinja", "*.txt",
-    "vae/*", "transformer/*", "text_encoder/*", "tokenizer/*", "tokenizer/**",
-]
 
+@serve.deployment(ray_actor_options={"num_cpus": 0.5})
+class ImageSlot(SlotReplica):
+    slot_name = "image"
+    # What mflux reads from a Hugging Face repo (FLUX.2-klein, Z-Image: diffusers layout); the
+    # single-file checkpoint some repos also carry at their root is not needed.
+    file_patterns = [
+        "*.json", "*.jinja", "*.txt",
+        "vae/*", "transformer/*", "text_encoder/*", "tokenizer/*", "tokenizer/**",
+    ]
+    metrics_class = ImageMetrics
 
-@serve.deployment(
-    name="Image", max_ongoing_requests=8, health_check_period_s=10, ray_actor_options={"num_cpus": 0.5}
-)
-class ImageSlot:
-    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
-        self.config = ImageSlotConfig.model_validate(config)
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    async def setup(self) -> None:
         self.models_root = self.config.models_root(self.cache_dir)
-        self.models = ReplicaModels("image", self._load_engine, self.config.max_models_per_replica)
-        self.agent = SlotAgent(
-            "image", control, load_default=self.models.get, unload_all=self._unload_all,
-            loaded_models=self.models.loaded, fallback_default=self.config.default_model,
-        )
-        await self.agent.start()  # the slot's current default is loaded before we serve
 
-    async def _load_engine(self, model_id: str) -> ImageEngine:
-        model_dir = await asyncio.to_thread(self._model_dir, model_id)
-        engine = await ImageEngine.start(model_id, model_dir)
-        if model_id in BUILTIN_IMAGE_MODELS:
-            logger.warning(
-                "Image slot serves the built-in tiny model '%s': random weights, the images are "
-                "noise. Use a real model (on a Mac) with e.g. IMAGE_MODEL=flux", model_id,
-            )
-        return engine
+    async def start_engine(self, model_id: str, model_dir: Path) -> ImageEngine:
+        return await ImageEngine.start(model_id, model_dir)
 
-    def _model_dir(self, model_id: str) -> Path:
-        return resolve_model_dir(
-            model_id, builtins=BUILTIN_IMAGE_MODELS, cache_dir=self.cache_dir, allow_patterns=IMAGE_FILE_PATTERNS
-        )
+    def models_dir(self) -> str:
+        return str(self.models_root)  # quantized copies live there too
+
+    def engine_summary(self, engine: ImageEngine) -> dict[str, Any]:
+        return {
+            **vars(engine.stats), "pending": engine.pending(), "in_progress": engine.progress(),
+            "family": engine.family.name if engine.family else None, "bits": engine.bits,
+        }
 
     def _check_allowed(self, model_id: str) -> None:
         if model_id != self.agent.default_model:
-            check_model_allowed(model_id, self.config.allowed_models(), str(self.models_root), "image")
+            check_model_allowed(model_id, self.config.allowed_models(), self.models_dir(), "image")
 
-    async def _engine(self) -> ImageEngine:
-        return await self.models.for_request(
-            self.agent.default_model, self.config.allowed_models(), str(self.models_root)
-        )
-
-    async def _unload_all(self) -> None:
+    async def unload_all(self) -> None:
         # An operator's unload must not wait minutes for a generation: stop it at its next step.
         for engine in self.models.engines():
             engine.abort_running()
@@ -88,9 +68,13 @@ class ImageSlot:
     # ------------------------------------------------------------------ generation
 
     async def generate(self, params: ImageParams) -> GeneratedImages:
-        engine = await self._engine()
+        started = time.perf_counter()
+        engine = await self.engine()
         job = await self._job(engine, params)
-        images = await engine.generate(job)
+        try:
+            images = await engine.generate(job)
+        finally:
+            self.metrics.generated(engine.model_id, len(job.seeds), job.steps, time.perf_counter() - started)
         return GeneratedImages(model=engine.model_id, images=images, seeds=job.seeds, output_format=job.output_format)
 
     async def _job(self, engine: ImageEngine, params: ImageParams) -> ImageJob:
@@ -117,7 +101,7 @@ class ImageSlot:
         from deployments.image.pipelines import read_declared
 
         self._check_allowed(model_id)
-        model_dir = await asyncio.to_thread(self._model_dir, model_id)
+        model_dir = await asyncio.to_thread(self.model_dir, model_id)
         already = (read_declared(model_dir) or {}).get("quantized_bits")
         if already:
             raise invalid_request(f"Model '{model_id}' is already quantized ({already}-bit)", "model_id")
@@ -144,14 +128,7 @@ class ImageSlot:
 
     def stats(self) -> dict:
         """Per loaded model: counters, queued requests and the running generation's progress."""
-        return {
-            e.model_id: {**vars(e.stats), "pending": e.pending(), "in_progress": e.progress(),
-                         "family": e.family.name if e.family else None, "bits": e.bits}
-            for e in self.models.engines()
-        }
-
-    def check_health(self) -> None:
-        self.models.check_health()
+        return {e.model_id: self.engine_summary(e) for e in self.models.engines()}
 
 
 def _safe_name(model_id: str) -> str:

@@ -13,13 +13,7 @@ from typing import Optional
 from deployments.control.policy import check_model_allowed
 from deployments.protocol.errors import APIError, model_not_found
 from deployments.protocol.openai import ModelCard
-
-SLOT_ENDPOINTS = {
-    "llm": ["/v1/chat/completions", "/v1/completions"],
-    "asr": ["/v1/audio/transcriptions"],
-    "tts": ["/v1/audio/speech", "/v1/audio/speech/clone", "/ws/v1/tts"],
-    "image": ["/v1/images/generations"],
-}
+from deployments.slots import SLOTS
 
 
 @dataclass
@@ -73,7 +67,7 @@ class ModelCatalog:
         loaded = loaded or {}
         ids = {slot: list(dict.fromkeys([*spec.models, *sorted(loaded.get(slot, ()))])) for slot, spec in self.slots.items()}
         return [
-            ModelCard(id=m, type=slot, endpoints=SLOT_ENDPOINTS.get(slot, []), loaded=m in loaded.get(slot, set()))
+            ModelCard(id=m, type=slot, endpoints=SLOTS[slot].endpoints(), loaded=m in loaded.get(slot, set()))
             for slot, models in ids.items()
             for m in models
         ]

@@ -13,23 +13,9 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MiB = 1024 * 1024
+from deployments.slots import all_routes
 
-# (path prefix, max body bytes, timeout seconds or None). First match wins; values follow
-# OminiX-API (section 1.4/1.5 of the behaviour spec) where it has them.
-DEFAULT_ROUTE_POLICIES: list[tuple[str, int, Optional[float]]] = [
-    ("/v1/chat/completions", 20 * MiB, 300.0),
-    ("/v1/completions", 20 * MiB, 300.0),
-    ("/v1/audio/transcriptions", 10 * MiB, 1800.0),
-    ("/v1/audio/", 10 * MiB, 600.0),
-    ("/v1/images/", 10 * MiB, 600.0),
-    ("/v1/voices", 10 * MiB, 60.0),
-    ("/v1/models/load", 64 * 1024, 300.0),
-    ("/v1/models/quantize", 64 * 1024, 600.0),  # loads and rewrites a whole image model
-    ("/v1/models/unload", 64 * 1024, 30.0),
-    ("/ws/", 1 * MiB, None),  # WebSockets have their own idle timeout
-    ("", 1 * MiB, 60.0),
-]
+MiB = 1024 * 1024
 
 # Reachable without a key: probes and the API docs.
 PUBLIC_PATHS = frozenset({"/health", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -42,6 +28,9 @@ def hash_key(key: str) -> str:
 
 
 class RoutePolicy(BaseModel):
+    """Body cap and timeout of the routes under `prefix` (from the slot registry: the slot
+    that serves them says what they allow; the most specific prefix applies)."""
+
     prefix: str
     max_body_bytes: int = Field(ge=0)
     timeout_s: Optional[float] = Field(None, gt=0)
@@ -56,7 +45,9 @@ class IngressSettings(BaseModel):
     cors_origins: list[str] = []  # ["*"] only in keyless loopback mode
     max_concurrent_requests: int = 24
     routes: list[RoutePolicy] = Field(
-        default_factory=lambda: [RoutePolicy(prefix=p, max_body_bytes=b, timeout_s=t) for p, b, t in DEFAULT_ROUTE_POLICIES]
+        default_factory=lambda: [
+            RoutePolicy(prefix=r.prefix, max_body_bytes=r.max_body_bytes, timeout_s=r.timeout_s) for r in all_routes()
+        ]
     )
 
     @property

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from deployments.cuda_proxy.protocol import CudaChatRequest
 from deployments.ingress.errors import from_exception, validate_body
-from deployments.ingress.serving import SlotStream, json_response, sse_response
+from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.state import IngressState
 from deployments.protocol.openai import ModelCard
 
@@ -37,13 +37,9 @@ async def serve_cuda_chat(state: IngressState, body: dict[str, Any]) -> JSONResp
     request = validate_body(CudaChatRequest, body)
     if request.stream:
         # Errors up to the first chunk keep their HTTP status; later ones become an error event.
-        stream = await SlotStream.start(state.cuda.options(stream=True).stream.remote(request))
+        stream = await state.cuda.stream("stream", request)
         return sse_response(stream.chunks())
-    try:
-        response = await state.cuda.complete.remote(request)
-    except Exception as e:
-        raise from_exception(e) from None
-    return json_response(response)
+    return json_response(await state.cuda.call("complete", request))
 
 
 async def cuda_status(state: IngressState) -> Optional[dict[str, Any]]:
@@ -51,7 +47,7 @@ async def cuda_status(state: IngressState) -> Optional[dict[str, Any]]:
     if state.cuda is None:
         return None
     try:
-        return await state.cuda.readiness.remote()
+        return await state.cuda.call("readiness")
     except Exception as e:  # the proxy deployment itself is down: not ready, say why
         return {
             "configured": True,

@@ -1,49 +1,52 @@
-"""The ingress as a Ray Serve deployment: the FastAPI app plus handles to the slots."""
+"""The ingress as a Ray Serve deployment: the FastAPI app over clients of the slot handles.
+
+The graph builder binds it with one handle per enabled slot (a dict keyed by slot name, from
+the registry in deployments/slots.py); the app is built per replica (`__serve_build_asgi_app__`)
+around this replica's state, so nothing reaches into Serve's replica context per request.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Optional
 
+from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from deployments.ingress.app import create_app
 from deployments.ingress.catalog import ModelCatalog
+from deployments.ingress.clients import DeploymentClient, SlotClient
 from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
+from deployments.slots import SLOTS
 
 logger = logging.getLogger("ray.serve")
 
-app = create_app()
-
 
 @serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
-@serve.ingress(app)
+@serve.ingress()
 class Ingress:
     def __init__(
         self,
         catalog: dict[str, dict],
         settings: Optional[dict] = None,
         control: Optional[DeploymentHandle] = None,
-        llm: Optional[DeploymentHandle] = None,
-        asr: Optional[DeploymentHandle] = None,
-        tts: Optional[DeploymentHandle] = None,
-        image: Optional[DeploymentHandle] = None,
+        slots: Optional[dict[str, DeploymentHandle]] = None,
         cuda: Optional[DeploymentHandle] = None,
         cuda_models: tuple[str, ...] = (),
     ):
         self.state = IngressState(
             catalog=ModelCatalog.from_config(catalog),
             settings=IngressSettings.model_validate(settings or {}),
-            control=control,
-            llm=llm,
-            asr=asr,
-            tts=tts,
-            image=image,
-            cuda=cuda,
+            slots={name: SlotClient(SLOTS[name], handle) for name, handle in (slots or {}).items()},
+            control=DeploymentClient(control) if control is not None else None,
+            cuda=DeploymentClient(cuda) if cuda is not None else None,
             cuda_models=frozenset(cuda_models),
         )
         logger.info("Ingress serving models: %s", catalog)
         if cuda is not None:
             logger.info("Ingress routes to CUDA: %s", sorted(cuda_models))
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self.state)

@@ -16,10 +16,11 @@ import numpy as np
 from fastapi.responses import Response, StreamingResponse
 
 from deployments.audio.encode import MEDIA_TYPES, StreamEncoder, to_pcm16
+from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import from_exception
-from deployments.ingress.serving import SlotStream, sse_response
+from deployments.ingress.responses import sse_response
 from deployments.ingress.state import IngressState
-from deployments.protocol.errors import server_error, unavailable
+from deployments.protocol.errors import server_error
 from deployments.protocol.speech import SynthesisParams
 
 logger = logging.getLogger("ray.serve")
@@ -34,10 +35,7 @@ class SpeechStream:
 
     @classmethod
     async def open(cls, state: IngressState, params: SynthesisParams, model: str) -> "SpeechStream":
-        if state.tts is None:
-            raise unavailable("The TTS slot is not enabled in this graph")
-        handle = state.tts.options(multiplexed_model_id=model or "", stream=True)  # "": slot default
-        stream = await SlotStream.start(handle.synthesize.remote(params))
+        stream = await state.slot("tts").stream("synthesize", params, model=model)
         if stream.first is None:
             raise server_error("The TTS slot ended the synthesis without a response")
         return cls(stream)

@@ -1,14 +1,24 @@
-"""What the ingress routers need from the running ingress replica: slot handles and the
-model catalog. Routers get it as a FastAPI dependency, so they stay plain functions."""
+"""What the ingress routers need from the running ingress: the clients of the deployments
+behind it, the model catalog and the settings.
+
+`create_app(state)` stores it on `app.state`, and routers get it through the `ingress_state`
+dependency, so the same app runs inside the Ingress deployment (real handles) and in a test
+process (tests/ingress: fake clients, httpx's ASGITransport), with no Ray in between.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from starlette.requests import HTTPConnection
+
 from deployments.ingress.catalog import ModelCatalog
+from deployments.ingress.clients import slot_disabled
 from deployments.ingress.config import IngressSettings
 from deployments.ingress.metrics import IngressMetrics
+from deployments.protocol.errors import unavailable
+from deployments.slots import SLOTS
 
 
 @dataclass
@@ -16,19 +26,24 @@ class IngressState:
     catalog: ModelCatalog
     settings: IngressSettings = field(default_factory=IngressSettings)
     metrics: IngressMetrics = field(default_factory=IngressMetrics)
-    control: Optional[Any] = None  # DeploymentHandle of the Control deployment
-    llm: Optional[Any] = None  # DeploymentHandle of the LLM slot, when it is bound
-    tts: Optional[Any] = None  # DeploymentHandle of the TTS slot, when it is bound
-    asr: Optional[Any] = None  # DeploymentHandle of the ASR slot, when it is bound
-    image: Optional[Any] = None  # DeploymentHandle of the image slot, when it is bound
-    cuda: Optional[Any] = None  # DeploymentHandle of the CUDA proxy, when a route is configured
+    slots: dict[str, Any] = field(default_factory=dict)  # slot name -> SlotClient, enabled slots only
+    control: Optional[Any] = None  # DeploymentClient of the Control deployment
+    cuda: Optional[Any] = None  # DeploymentClient of the CUDA proxy, when a route is configured
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)
 
-    def slot_handle(self, slot: str) -> Optional[Any]:
-        return getattr(self, slot, None)
+    def slot(self, name: str) -> Any:
+        """The slot's client; a slot this graph does not run answers `slot_disabled`."""
+        client = self.slots.get(name)
+        if client is None:
+            raise slot_disabled(SLOTS[name])
+        return client
+
+    def control_plane(self) -> Any:
+        if self.control is None:
+            raise unavailable("This graph has no control plane")
+        return self.control
 
 
-def ingress_state() -> IngressState:
-    from ray import serve
-
-    return serve.get_replica_context().servable_object.state
+def ingress_state(connection: HTTPConnection) -> IngressState:
+    """FastAPI dependency (HTTP and WebSocket routes alike)."""
+    return connection.app.state.ingress

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pydantic import Field
 
 from deployments.control.policy import SlotModelsConfig
-from deployments.llm.engine import EngineConfig
 from deployments.llm.tiny_model import TINY_LLM_ID
 
 
@@ -24,7 +23,12 @@ class LLMSlotConfig(SlotModelsConfig):
     )
     prefix_cache_bytes: int = Field(2 << 30, ge=0, description="Memory the prefix cache and the running batch may hold")
 
-    def engine_config(self) -> EngineConfig:
+    def max_ongoing_requests(self) -> int:
+        return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
+
+    def engine_config(self):
+        from deployments.llm.engine import EngineConfig  # MLX: only where an engine starts
+
         return EngineConfig(
             max_batch_size=self.max_batch_size,
             prefill_batch_size=self.prefill_batch_size,

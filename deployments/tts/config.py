@@ -24,3 +24,8 @@ class TTSSlotConfig(SlotModelsConfig):
         None, description="TTS_VOICES_DIR: requests may name audio files inside it as voices"
     )
     ws_idle_timeout_s: float = Field(120.0, gt=0, description="WebSocket TTS: close after this long without a message")
+
+    def max_ongoing_requests(self) -> int:
+        # One synthesis runs at a time per replica (the model's decoder state is per stream);
+        # a few wait in it so the next starts at once, the rest wait where autoscaling sees them.
+        return 4

@@ -19,17 +19,13 @@ from ray import serve
 
 from deployments.audio.encode import encode_wav
 from deployments.audio.reference import BadReferenceAudio, read_reference
-from deployments.control.agent import SlotAgent
-from deployments.control.replica_models import ReplicaModels
-from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
-from deployments.metrics import PerReplica
 from deployments.tts.sentences import split_sentences
-from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
+from deployments.slot_replica import SlotReplica
 from deployments.tts.voices import (
     RegistryError,
     VoiceEntry,
@@ -43,9 +39,6 @@ from deployments.tts.voices import (
 
 logger = logging.getLogger("ray.serve")
 
-BUILTIN_TTS = {TINY_TTS_ID: ensure_tiny_tts}
-TTS_FILE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
-
 
 def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
     if config.voices_config:
@@ -53,41 +46,27 @@ def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
     return cache_dir / "tts" / "voices.json"
 
 
-@serve.deployment(name="TTS", max_ongoing_requests=4, health_check_period_s=10)
-class TTSSlot:
-    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
-        self.config = TTSSlotConfig.model_validate(config)
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+@serve.deployment
+class TTSSlot(SlotReplica):
+    slot_name = "tts"
+    file_patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
+    metrics_class = SpeechMetrics
+
+    async def setup(self) -> None:
         self.registry = VoiceRegistry(registry_path(self.config, self.cache_dir))
         self.voices_dir = Path(self.config.voices_dir).expanduser() if self.config.voices_dir else None
-        self.models = ReplicaModels("tts", self._load_engine, self.config.max_models_per_replica)
-        self.agent = SlotAgent.for_models("tts", control, self.models, self.config.default_model)
-        await self.agent.start()  # the slot's current default is loaded before we serve
 
-    async def _load_engine(self, model_id: str) -> TTSEngine:
-        model_dir = await asyncio.to_thread(
-            resolve_model_dir, model_id, builtins=BUILTIN_TTS, cache_dir=self.cache_dir,
-            allow_patterns=TTS_FILE_PATTERNS,
-        )
-        engine = await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
-        if model_id in BUILTIN_TTS:
-            logger.warning(
-                "TTS slot serves the built-in tiny model '%s': random weights, the audio says "
-                "nothing. Use a real model (on a Mac) with e.g. TTS_MODEL=mlx-community/Kokoro-82M-bf16",
-                model_id,
-            )
-        return engine
+    async def start_engine(self, model_id: str, model_dir: Path) -> TTSEngine:
+        return await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
 
-    async def _engine(self) -> TTSEngine:
-        return await self.models.for_request(
-            self.agent.default_model, self.config.allowed_models(), self.config.models_dir
-        )
+    def engine_summary(self, engine: TTSEngine) -> dict[str, Any]:
+        return {**vars(engine.stats), "pending": engine.pending()}
 
     # ------------------------------------------------------------------ synthesis
 
     async def synthesize(self, params: SynthesisParams) -> AsyncIterator[SpeechChunk]:
         started = time.perf_counter()
-        engine = await self._engine()
+        engine = await self.engine()
         job = await self._job(engine, params)
         meter = self.metrics.meter(engine.model_id, len(params.text), engine.sample_rate, started)
         yield SpeechChunk(sample_rate=engine.sample_rate)
@@ -154,7 +133,7 @@ class TTSSlot:
 
     async def describe(self) -> dict[str, Any]:
         """Facts clients need before synthesizing (the WebSocket's task_started)."""
-        engine = await self._engine()
+        engine = await self.engine()
         return {
             "model": engine.model_id,
             "model_type": engine.model_type,
@@ -165,7 +144,7 @@ class TTSSlot:
         }
 
     async def voices(self) -> dict[str, Any]:
-        engine = await self._engine()
+        engine = await self.engine()
         return list_voices(self._registry_data(), engine.presets)
 
     async def register_voice(
@@ -179,7 +158,7 @@ class TTSSlot:
                 check_voice_name(alias)
         except RegistryError as e:
             raise invalid_request(str(e), "name") from None
-        engine = await self._engine()
+        engine = await self.engine()
         if name.lower() in (p.lower() for p in engine.presets):
             raise invalid_request(f"'{name}' is a preset voice of the model", "name", "voice_exists")
         samples = await self._reference(audio, engine.sample_rate, "reference_audio")
@@ -201,15 +180,5 @@ class TTSSlot:
             audio.unlink(missing_ok=True)
         return {"name": name, "deleted": True}
 
-    metrics = PerReplica(SpeechMetrics)
-
-    def metrics_summary(self) -> dict:
-        """GET /metrics: this replica's numbers per model."""
-        return {"replica": serve.get_replica_context().replica_id.unique_id, "models": self.metrics.summaries()}
-
     def stats(self) -> dict:
-        return {e.model_id: {**vars(e.stats), "pending": e.pending()} for e in self.models.engines()}
-
-    def check_health(self) -> None:
-        self.models.check_health()
-
+        return {e.model_id: self.engine_summary(e) for e in self.models.engines()}

@@ -4,6 +4,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from deployments.env import ConfigError
 from deployments.ingress.catalog import ModelCatalog
 from deployments.protocol.errors import APIError
 from graphs.config import GraphArgs
@@ -32,8 +33,27 @@ def test_llm_model_env_overrides_the_default():
     assert config.defaults()["llm"] == "mlx-community/Qwen3-0.6B-4bit"
 
 
-def test_blank_env_is_ignored():
-    assert GraphArgs.from_args({}, environ={"LLM_MODEL": "  "}).llm.default_model == "ominix-tiny-qwen3"
+def test_a_set_but_blank_variable_is_an_error_naming_it():
+    # One rule for every variable (deployments/env.py): blank never falls back silently.
+    with pytest.raises(ConfigError, match="LLM_MODEL must not be empty when present"):
+        GraphArgs.from_args({}, environ={"LLM_MODEL": "  "})
+
+
+def test_env_errors_name_the_variable_and_never_echo_its_value():
+    with pytest.raises(ConfigError, match="OMINIX_MAX_CONNS must be an integer"):
+        GraphArgs.from_args({}, environ={"OMINIX_MAX_CONNS": "many"})
+    with pytest.raises(ConfigError, match="OMINIX_MAX_CONNS: Input should be greater than or equal to 1"):
+        GraphArgs.from_args({}, environ={"OMINIX_MAX_CONNS": "0"})
+    with pytest.raises(ConfigError, match="OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS must be one of"):
+        GraphArgs.from_args({}, environ={"OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS": "maybe"})
+
+
+def test_a_list_variable_replaces_the_configured_list():
+    args = {"security": {"api_keys": ["from-args"], "cors_origins": ["https://a.example"]}}
+    config = GraphArgs.from_args(args, environ={"OMINIX_API_KEY": "env-1, env-2", "OMINIX_CORS_ORIGINS": "https://b.example"})
+    assert config.security.api_keys == ["env-1", "env-2"]
+    assert config.security.cors_origins == ["https://b.example"]
+    assert GraphArgs.from_args(args, environ={}).security.api_keys == ["from-args"]
 
 
 def test_typos_in_args_are_rejected():
@@ -103,6 +123,8 @@ def test_ominix_env_names_patch_http_options():
     assert config["http_options"]["port"] == 8080  # the file's config is not modified
     with pytest.raises(SystemExit):
         apply_env(config, {"OMINIX_TLS_CERT": "/c.pem"})
+    with pytest.raises(SystemExit, match="PORT must be an integer"):
+        apply_env(config, {"PORT": "eighty"})
 
 
 def test_make_serve_starts_ray_without_niced_replicas_unless_told_otherwise():

@@ -47,14 +47,12 @@ def test_a_synthesis_without_audio_counts_no_first_audio():
     assert s["requests"] == 1 and s["audio_seconds"] == 0 and "ttfa_count" not in s
 
 
-def test_per_replica_metrics_are_made_on_first_use_and_pickle_with_the_class():
-    import pickle
+def test_image_metrics_count_generations_images_and_steps():
+    from deployments.image.metrics import ImageMetrics
 
-    from deployments.metrics import PerReplica
-
-    class Slot:
-        metrics = PerReplica(SpeechMetrics)
-
-    a, b = Slot(), Slot()
-    assert a.metrics is a.metrics and a.metrics is not b.metrics
-    pickle.dumps(Slot.__dict__["metrics"])
+    m = ImageMetrics()
+    m.generated("img", images=2, steps=4, seconds=1.5)
+    m.generated("img", images=1, steps=4, seconds=0.5)
+    s = m.summary("img")
+    assert s["requests"] == 2 and s["images"] == 3 and s["steps"] == 12
+    assert s["latency_count"] == 2 and s["latency_ms_mean"] == 1000

@@ -33,6 +33,7 @@ _GRANULARITIES = ("timestamp_granularities[]", "timestamp_granularities")
 
 @router.post("/v1/audio/transcriptions")
 async def create_transcription(request: Request, state: IngressState = Depends(ingress_state)):
+    asr = state.slot("asr")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     server_path: Optional[str] = None
     if media_type == "multipart/form-data":
@@ -45,8 +46,7 @@ async def create_transcription(request: Request, state: IngressState = Depends(i
             raise invalid_request("The request has no audio: send a multipart form with `file`, "
                                   "a JSON body with `file` (base64), or the audio bytes as the body.", "file")
     model = state.catalog.resolve("asr", params.model)
-    handle = state.asr.options(multiplexed_model_id=model or "")  # "": the slot default
-    transcript = await handle.transcribe.remote(params, audio, server_path)
+    transcript = await asr.call("transcribe", params, audio, server_path, model=model)
     body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
     if isinstance(body, dict):
         return JSONResponse(body)

@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from deployments.ingress.cuda import routes_to_cuda, serve_cuda_chat
 from deployments.ingress.errors import validate_body
-from deployments.ingress.serving import SlotStream, serve_generation
+from deployments.ingress.clients import SlotStream
+from deployments.ingress.serving import serve_generation
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import (

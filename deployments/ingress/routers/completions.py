@@ -6,7 +6,8 @@ from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends
 
-from deployments.ingress.serving import SlotStream, serve_generation
+from deployments.ingress.clients import SlotStream
+from deployments.ingress.serving import serve_generation
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import (

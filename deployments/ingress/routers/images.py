@@ -14,9 +14,8 @@ from typing import Optional
 
 from fastapi import APIRouter, Depends
 
-from deployments.ingress.errors import from_exception
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.errors import invalid_request, unavailable
+from deployments.protocol.errors import invalid_request
 from deployments.protocol.images import (
     GeneratedImages,
     ImageGenerationRequest,
@@ -28,12 +27,6 @@ from deployments.protocol.images import (
 router = APIRouter(tags=["images"])
 
 
-def _image_slot(state: IngressState):
-    if state.image is None:
-        raise unavailable("The image slot is not enabled in this graph")
-    return state.image
-
-
 @router.post("/v1/images/generations")
 async def create_images(request: ImageGenerationRequest, state: IngressState = Depends(ingress_state)) -> dict:
     if request.response_format == "url":
@@ -41,6 +34,7 @@ async def create_images(request: ImageGenerationRequest, state: IngressState = D
             "response_format 'url' is not supported: this server does not store or serve image files; "
             "use 'b64_json' (the default)", "response_format", "unsupported_response_format",
         )
+    image_slot = state.slot("image")
     model = state.catalog.resolve("image", request.model)
     init_image: Optional[bytes] = None
     if request.image is not None:
@@ -49,11 +43,7 @@ async def create_images(request: ImageGenerationRequest, state: IngressState = D
         except ValueError as e:
             raise invalid_request(str(e), "image", "invalid_image") from None
     params = ImageParams.from_request(request, init_image)
-    handle = _image_slot(state).options(**({"multiplexed_model_id": model} if model else {}))
-    try:
-        result: GeneratedImages = await handle.generate.remote(params)
-    except Exception as e:
-        raise from_exception(e) from None
+    result: GeneratedImages = await image_slot.call("generate", params, model=model)
     return {
         "created": int(time.time()),
         "data": [
@@ -69,6 +59,7 @@ async def create_images(request: ImageGenerationRequest, state: IngressState = D
 @router.post("/v1/models/quantize")
 async def quantize_model(request: QuantizeRequest, state: IngressState = Depends(ingress_state)) -> dict:
     """mflux quantization of an image model this graph serves (FLUX.2-klein, Z-Image-Turbo)."""
+    image_slot = state.slot("image")
     image_models = state.catalog.slots.get("image")
     model = state.catalog.canonical("image", request.model_id) if image_models else request.model_id
     if image_models is None or model not in state.catalog.ids("image"):
@@ -78,10 +69,7 @@ async def quantize_model(request: QuantizeRequest, state: IngressState = Depends
             f"mflux); '{request.model_id}' is not one. Image models served here: {served}. LLMs come "
             "quantized from mlx-lm (e.g. mlx-community/*-4bit).", "model_id", "model_not_quantizable",
         )
-    try:
-        result = await _image_slot(state).quantize.remote(model, request.bits)
-    except Exception as e:
-        raise from_exception(e) from None
+    result = await image_slot.call("quantize", model, request.bits)
     verb = "Reused existing" if result["reused"] else "Saved"
     return {
         "status": "success",

@@ -2,8 +2,8 @@
 
 Prometheus scrapes the same numbers (and Ray Serve's own) from Ray's metrics export; this route
 is for people and scripts. Counts are per ingress replica; each slot's numbers come from the
-one replica of that slot that answers the call (ASR and TTS name it: `replica`); the image
-slot's include the running generation's progress.
+one replica of that slot that answers the call, which names itself (`replica`); every slot
+answers the same `metrics_summary()` (deployments/slot_replica.py).
 """
 
 import asyncio
@@ -14,22 +14,18 @@ from deployments.ingress.state import IngressState, ingress_state
 
 router = APIRouter(tags=["metrics"])
 
-# The slot method that reports its numbers (the LLM's stats carry its engines' counts too).
-SLOT_SUMMARIES = {"llm": "stats", "asr": "metrics_summary", "tts": "metrics_summary", "image": "stats"}
+SUMMARY_TIMEOUT_S = 5
 
 
 @router.get("/metrics")
 async def metrics(state: IngressState = Depends(ingress_state)) -> dict:
-    out = {"ingress": state.metrics.summary()}
-    slots = [(slot, state.slot_handle(slot)) for slot in SLOT_SUMMARIES]
-    slots = [(slot, handle) for slot, handle in slots if handle is not None]
-    answers = await asyncio.gather(*[_summary(handle, SLOT_SUMMARIES[slot]) for slot, handle in slots])
-    out.update({slot: answer for (slot, _), answer in zip(slots, answers)})
-    return out
+    names = list(state.slots)
+    answers = await asyncio.gather(*[_summary(state.slots[name]) for name in names])
+    return {"ingress": state.metrics.summary(), **dict(zip(names, answers))}
 
 
-async def _summary(handle, method: str) -> dict:
+async def _summary(client) -> dict:
     try:
-        return await asyncio.wait_for(getattr(handle, method).remote(), timeout=5)
+        return await asyncio.wait_for(client.call("metrics_summary"), timeout=SUMMARY_TIMEOUT_S)
     except Exception as e:  # a slot that cannot answer must not break the summary
         return {"error": f"{type(e).__name__}: {e}"}

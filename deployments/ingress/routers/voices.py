@@ -12,29 +12,15 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import JSONResponse
 
 from deployments.audio.reference import MAX_REFERENCE_BYTES
-from deployments.ingress.errors import from_exception
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.errors import invalid_request, unavailable
+from deployments.protocol.errors import invalid_request
 
 router = APIRouter(tags=["voices"])
 
 
-def _tts(state: IngressState):
-    if state.tts is None:
-        raise unavailable("The TTS slot is not enabled in this graph")
-    return state.tts
-
-
-async def _call(call) -> JSONResponse:
-    try:
-        return JSONResponse(await call)
-    except Exception as e:
-        raise from_exception(e) from None
-
-
 @router.get("/v1/voices")
 async def list_voices(state: IngressState = Depends(ingress_state)):
-    return await _call(_tts(state).voices.remote())
+    return await state.slot("tts").call("voices")
 
 
 @router.post("/v1/voices")
@@ -46,16 +32,15 @@ async def register_voice(
     language: Optional[str] = Form(None),
     state: IngressState = Depends(ingress_state),
 ):
+    tts = state.slot("tts")
     audio = await reference_audio.read(MAX_REFERENCE_BYTES + 1)
     if not audio:
         raise invalid_request("reference_audio is empty", "reference_audio", "invalid_reference_audio")
     names = [a.strip() for value in aliases or [] for a in value.split(",") if a.strip()]
-    call = _tts(state).register_voice.remote(name.strip(), audio, reference_text, names, language or None)
-    response = await _call(call)
-    response.status_code = 201
-    return response
+    voice = await tts.call("register_voice", name.strip(), audio, reference_text, names, language or None)
+    return JSONResponse(voice, status_code=201)
 
 
 @router.delete("/v1/voices/{name}")
 async def delete_voice(name: str, state: IngressState = Depends(ingress_state)):
-    return await _call(_tts(state).delete_voice.remote(name))
+    return await state.slot("tts").call("delete_voice", name)

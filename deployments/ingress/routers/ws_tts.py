@@ -154,11 +154,10 @@ async def _serve_session(websocket: WebSocket, state: IngressState) -> None:
 
 
 async def _describe(state: IngressState, session: Session) -> dict[str, Any]:
-    if state.tts is None:
-        raise SessionError("TTS error: the TTS slot is not enabled in this graph")
     try:
+        tts = state.slot("tts")
         model = state.catalog.resolve("tts", session.model)
-        return await state.tts.options(multiplexed_model_id=model or "").describe.remote()
+        return await tts.call("describe", model=model)
     except Exception as e:
         raise SessionError(f"TTS error: {from_exception(e).message}") from None
 

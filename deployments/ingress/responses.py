@@ -1,0 +1,29 @@
+"""The ingress's response framing, used by every route: JSON bodies and SSE streams."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from deployments.ingress.errors import from_exception
+from deployments.protocol.sse import SSE_DONE, SSE_HEADERS, SSE_MEDIA_TYPE, sse_data
+
+
+def json_response(model: BaseModel, status_code: int = 200) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code=status_code)
+
+
+def sse_response(events: AsyncIterator[BaseModel | dict], end: bytes = SSE_DONE) -> StreamingResponse:
+    """Frame events as SSE, then `end` ([DONE]); a failure mid-stream becomes an error event."""
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for event in events:
+                yield sse_data(event)
+        except Exception as e:  # headers are gone: report inside the stream
+            yield sse_data(from_exception(e).body())
+        yield end
+
+    return StreamingResponse(body(), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS)

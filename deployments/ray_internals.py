@@ -1,0 +1,54 @@
+"""Every use of Ray's private APIs, in one place, so a Ray upgrade has one file to check.
+
+Ray Serve offers no public way to do these; each function says why it is needed and degrades
+to a safe answer when the private API has moved (pyproject.toml bounds `ray[serve]` too).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+logger = logging.getLogger("ray.serve")
+
+
+def session_dir() -> Optional[Path]:
+    """This Ray session's directory (where Control keeps its state file), or None outside Ray.
+    Public APIs give the temp dir only, not the session under it."""
+    try:
+        from ray._private import worker
+
+        return Path(worker._global_node.get_session_dir_path())
+    except Exception:
+        return None
+
+
+def serve_http_host() -> Optional[str]:
+    """The host Serve's HTTP proxy binds (http_options.host), or None if it cannot be read
+    (not inside a Serve cluster: unit tests, `serve build`). The graph builder needs it to
+    refuse a keyless non-loopback bind; the builder gets no config object from Serve."""
+    try:
+        import ray
+        from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+        controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        return ray.get(controller.get_http_config.remote(), timeout=10).host
+    except Exception as e:
+        logger.debug("Could not read Serve's HTTP host: %s", e)
+        return None
+
+
+def multiplex_wrapper(loader: Any) -> Any:
+    """The object `@serve.multiplexed` keeps a replica's loaded models in, or None. An operator's
+    unload must evict every model, and Serve only evicts one at a time on a new load."""
+    return getattr(loader, "__serve_multiplex_wrapper", None)
+
+
+def live_actor_pids(class_name: str) -> list[int]:
+    """Pids of the live actors of one class (benchmarks: a deployment's replica processes). The
+    GCS actor table answers without the dashboard, which the benchmark harness leaves off."""
+    import ray._private.state as gcs_state
+
+    actors = gcs_state.actors().values()
+    return [a["Pid"] for a in actors if a["ActorClassName"] == class_name and a["State"] == "ALIVE"]

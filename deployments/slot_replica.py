@@ -1,0 +1,99 @@
+"""What every model slot's deployment shares, so each slot only says what is its own.
+
+A `SlotReplica` subclass names its registry entry (`slot_name`) and says how to start its engine
+(`start_engine`); this base validates the slot's config, holds the replica's engines
+(`ReplicaModels`: Serve model multiplexing plus the slot's current default), follows the
+control plane (`SlotAgent`), warns when a random-weight built-in serves, answers the health
+check, and gives GET /metrics one summary shape for every slot. Engines are injected the way
+Ray Serve LLM's `LLMServer(engine_cls=...)` takes them: the deployment never builds model code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from deployments.control.agent import SlotAgent
+from deployments.control.replica_models import ReplicaModels
+from deployments.hub import default_cache_dir, resolve_model_dir
+from deployments.metrics import ModelMetrics
+from deployments.slots import SLOTS
+
+logger = logging.getLogger("ray.serve")
+
+
+class SlotReplica:
+    slot_name: ClassVar[str]  # the registry entry (deployments/slots.py)
+    file_patterns: ClassVar[list[str]]  # what to fetch of a Hugging Face repo for this slot
+    metrics_class: ClassVar[type[ModelMetrics]]
+
+    async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
+        self.slot = SLOTS[self.slot_name]
+        self.config = self.slot.config.model_validate(config)
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.metrics = self.metrics_class()
+        self.models = ReplicaModels(self.slot.name, self._load_engine, self.config.max_models_per_replica)
+        self.agent = SlotAgent(
+            self.slot.name, control, load_default=self.models.get, unload_all=self.unload_all,
+            loaded_models=self.models.loaded, fallback_default=self.config.default_model,
+        )
+        await self.setup()
+        await self.agent.start()  # the slot's current default is loaded before the replica serves
+
+    # ------------------------------------------------------------------ what a slot provides
+
+    async def setup(self) -> None:
+        """Slot-specific state, made before the default model loads."""
+
+    async def start_engine(self, model_id: str, model_dir: Path) -> Any:
+        raise NotImplementedError
+
+    def engine_summary(self, engine: Any) -> dict[str, Any]:
+        """The engine's own counters, shown next to the slot metrics in GET /metrics."""
+        stats = engine.stats
+        return dict(stats) if isinstance(stats, dict) else dict(vars(stats))
+
+    def models_dir(self) -> Optional[str]:
+        """Local model directories under this path may be loaded too."""
+        return self.config.models_dir
+
+    # ------------------------------------------------------------------ shared behaviour
+
+    async def _load_engine(self, model_id: str) -> Any:
+        model_dir = await asyncio.to_thread(self.model_dir, model_id)
+        engine = await self.start_engine(model_id, model_dir)
+        if model_id in self.slot.random_builtins:
+            logger.warning(
+                "%s slot serves the built-in model '%s': random weights, its output is "
+                "meaningless (it exercises the code path). For a real model: %s",
+                self.slot.label, model_id, self.slot.real_model_hint,
+            )
+        return engine
+
+    def model_dir(self, model_id: str) -> Path:
+        return resolve_model_dir(
+            model_id, builtins=self.slot.builtins, cache_dir=self.cache_dir, allow_patterns=self.file_patterns
+        )
+
+    async def engine(self) -> Any:
+        """The engine for the current request: the model it names, else the slot's default."""
+        return await self.models.for_request(
+            self.agent.default_model, self.config.allowed_models(), self.models_dir()
+        )
+
+    async def unload_all(self) -> None:
+        await self.models.unload_all()
+
+    def metrics_summary(self) -> dict[str, Any]:
+        """GET /metrics: this replica's numbers per model (slot metrics and engine counters)."""
+        from ray import serve
+
+        models = self.metrics.summaries()
+        for engine in self.models.engines():
+            models.setdefault(engine.model_id, {}).update(self.engine_summary(engine))
+        return {"replica": serve.get_replica_context().replica_id.unique_id, "models": models}
+
+    def check_health(self) -> None:
+        self.models.check_health()
