@@ -16,6 +16,19 @@ from deployments.protocol.openai import ModelCard
 from deployments.slots import SLOTS
 
 
+def slot_disabled(name: str) -> APIError:
+    """Every route of a slot that this graph does not run answers this, the same on each."""
+    slot = SLOTS[name]
+    return APIError(
+        404,
+        f"The {slot.label} slot is not enabled in this graph ({slot.name}.enabled is false), so "
+        "this route is not served here",
+        "invalid_request_error",
+        None,
+        "slot_disabled",
+    )
+
+
 @dataclass
 class SlotModels:
     models: list[str]  # the configured allow-list, the configured default first
@@ -34,7 +47,7 @@ class ModelCatalog:
     def resolve(self, slot: str, model: Optional[str]) -> Optional[str]:
         """The model id a request asks `slot` for (None: the slot's default); 404 if not served."""
         if slot not in self.slots:
-            raise model_not_found(model or "(none)", self.all_ids())
+            raise slot_disabled(slot)
         if not model:
             return None
         model = self.canonical(slot, model)

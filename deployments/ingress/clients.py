@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Optional
 
 from deployments.ingress.errors import from_exception
-from deployments.protocol.errors import APIError
 from deployments.protocol.generation import GenerationChunk
 from deployments.slots import Slot
 
@@ -101,15 +100,3 @@ class SlotClient(DeploymentClient):
     def __init__(self, slot: Slot, handle: Any):
         super().__init__(handle)
         self.slot = slot
-
-
-def slot_disabled(slot: Slot) -> APIError:
-    """Every route of a slot that this graph does not run answers this, the same on each."""
-    return APIError(
-        404,
-        f"The {slot.label} slot is not enabled in this graph ({slot.name}.enabled is false), so "
-        f"this route is not served here",
-        "invalid_request_error",
-        None,
-        "slot_disabled",
-    )

@@ -13,12 +13,10 @@ from typing import Any, Optional
 
 from starlette.requests import HTTPConnection
 
-from deployments.ingress.catalog import ModelCatalog
-from deployments.ingress.clients import slot_disabled
+from deployments.ingress.catalog import ModelCatalog, slot_disabled
 from deployments.ingress.config import IngressSettings
 from deployments.ingress.metrics import IngressMetrics
 from deployments.protocol.errors import unavailable
-from deployments.slots import SLOTS
 
 
 @dataclass
@@ -35,7 +33,7 @@ class IngressState:
         """The slot's client; a slot this graph does not run answers `slot_disabled`."""
         client = self.slots.get(name)
         if client is None:
-            raise slot_disabled(SLOTS[name])
+            raise slot_disabled(name)
         return client
 
     def control_plane(self) -> Any:

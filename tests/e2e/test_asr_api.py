@@ -12,7 +12,7 @@ import numpy as np
 import openai
 import pytest
 
-from tests.e2e.test_errors import assert_openai_error
+from tests.assertions import assert_openai_error
 from tests.speech import encode, silence, speak, word_error_rate, words
 
 REAL = "whisper-tiny.en"  # the shipped default ASR model

@@ -5,21 +5,10 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.assertions import assert_openai_error
+
 MODEL = "ominix-tiny-qwen3"
 HELLO = [{"role": "user", "content": "hi"}]
-
-
-def assert_openai_error(r, status, param=None, code=None):
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    error = r.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"]
-    if param is not None:
-        assert error["param"] == param
-    if code is not None:
-        assert error["code"] == code
-    return error
 
 
 def test_unknown_model_is_404_model_not_found(client, http):

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.test_errors import assert_openai_error
+from tests.assertions import assert_openai_error
 from tests.speech import encode, speak
 
 TINY = "ominix-tiny-flux2-klein"
@@ -170,7 +170,7 @@ async def _until_a_replica_reports(http, predicate, what: str, timeout_s: float 
     one replica; a second one may be up while the long generation runs)."""
     deadline = time.time() + timeout_s
     while True:
-        stats = http.get("/metrics").json()["image"].get(TINY, {})
+        stats = http.get("/metrics").json()["image"]["models"].get(TINY, {})
         if predicate(stats):
             return stats
         assert time.time() < deadline, what

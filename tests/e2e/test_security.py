@@ -96,7 +96,7 @@ def test_metrics_summary_counts_requests_and_tokens(http, client):
     routes = summary["ingress"]["by_route"]
     assert routes["POST /v1/chat/completions"]["200"] >= 1
     assert routes["GET (unmatched)"]["404"] >= 1
-    llm = summary["llm"]["ominix-tiny-qwen3"]
+    llm = summary["llm"]["models"]["ominix-tiny-qwen3"]
     assert llm["completion_tokens"] >= 5 and llm["prompt_tokens"] > 0
     assert llm["ttft_count"] >= 1 and llm["ttft_ms_mean"] > 0
 

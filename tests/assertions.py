@@ -1,0 +1,15 @@
+"""Assertions every test layer shares (in-process ingress tests and the live graph alike)."""
+
+
+def assert_openai_error(r, status, param=None, code=None):
+    """An OpenAI-shaped JSON error body with the expected status (and param / code)."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if param is not None:
+        assert error["param"] == param
+    if code is not None:
+        assert error["code"] == code
+    return error

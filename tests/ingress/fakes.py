@@ -1,0 +1,114 @@
+"""Stand-ins for the deployments behind the ingress, for in-process tests of the ingress's own
+logic (validation, routing, response assembly, errors): `create_app()` over these answers
+through httpx's ASGITransport with no Ray. What crosses deployments is tested end to end
+(tests/e2e). A fake answers only the calls a test gives it an answer for; any other call
+fails loudly, so a test also proves which requests never reach a slot."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
+
+from deployments.asr.transcript import Segment, Transcript
+from deployments.ingress.clients import SlotStream
+from deployments.protocol.errors import APIError
+from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.openai import UsageInfo
+from deployments.protocol.speech import SpeechChunk
+
+SAMPLE_RATE = 24000
+
+
+class SlotNotExpected(APIError):
+    """A call the test gave no answer for: 418, so it can never pass for a real answer."""
+
+    def __init__(self, method: str):
+        super().__init__(418, f"the fake slot was called: {method}", "test_error", None, "slot_called")
+
+
+class FakeStream:
+    """What a streaming handle call returns: an async iterator that can be cancelled."""
+
+    def __init__(self, items: Iterable[Any]):
+        self._items = iter(items)
+        self.cancelled = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        await asyncio.sleep(0)
+        item = next(self._items, StopAsyncIteration)
+        if item is StopAsyncIteration:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeClient:
+    """Speaks the ingress's client interface (`call`, `stream`) with canned answers."""
+
+    def __init__(self, **answers: Callable[..., Any]):
+        self.answers = dict(answers)
+        self.calls: list[tuple[str, tuple, Optional[str]]] = []
+        self.streams: list[FakeStream] = []
+
+    async def call(self, method: str, *args: Any, model: Optional[str] = None) -> Any:
+        self.calls.append((method, args, model))
+        answer = self._answer(method)(*args, model=model)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    async def stream(self, method: str, *args: Any, model: Optional[str] = None) -> SlotStream:
+        self.calls.append((method, args, model))
+        stream = FakeStream(self._answer(method)(*args, model=model))
+        self.streams.append(stream)
+        return await SlotStream.start(stream)
+
+    def _answer(self, method: str) -> Callable[..., Any]:
+        answer = self.answers.get(method)
+        if answer is None:
+            raise SlotNotExpected(method)
+        return answer
+
+
+# ------------------------------------------------------------------ plausible slot answers
+
+
+def generation(text: str = "Hello there", served_by: str = "ominix-tiny-qwen3") -> Callable[..., list]:
+    """An LLM stream: one chunk per word (the first names the model), then finish and usage."""
+
+    def answer(request, model: Optional[str] = None) -> list[GenerationChunk]:
+        words = text.split(" ")
+        chunks = [GenerationChunk(content=(" " if i else "") + w) for i, w in enumerate(words)]
+        chunks[0].model = model or served_by
+        usage = UsageInfo(prompt_tokens=3, completion_tokens=len(words), total_tokens=3 + len(words))
+        return [*chunks, GenerationChunk(finish_reason="stop", usage=usage)]
+
+    return answer
+
+
+def speech(seconds: float = 0.1) -> Callable[..., list]:
+    def answer(params, model: Optional[str] = None) -> list[SpeechChunk]:
+        samples = (0.1 * np.sin(np.arange(int(seconds * SAMPLE_RATE)) / 10)).astype("<f4")
+        return [SpeechChunk(sample_rate=SAMPLE_RATE), SpeechChunk(sample_rate=SAMPLE_RATE, samples=samples.tobytes())]
+
+    return answer
+
+
+def tts_facts(params=None, model: Optional[str] = None) -> dict:
+    return {"model": model or "ominix-tiny-pocket-tts", "model_type": "pocket_tts", "sample_rate": SAMPLE_RATE,
+            "presets": ["alba"], "max_input_chars": 4096, "ws_idle_timeout_s": 120.0}
+
+
+def transcript(text: str = "hello world") -> Callable[..., Transcript]:
+    def answer(params, audio, server_path, model: Optional[str] = None) -> Transcript:
+        return Transcript.join([Segment(id=0, start=0.0, end=1.0, text=text)], "en", 1.0)
+
+    return answer
