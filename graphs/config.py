@@ -31,8 +31,10 @@ class SecurityArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    api_keys: list[str] = Field(default_factory=list, repr=False)
-    cors_origins: list[str] = Field(default_factory=list)
+    api_keys: list[str] = Field(default_factory=list, repr=False, description="Bearer keys a client must send")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="Browser origins allowed; default: * for a keyless loopback server, else none"
+    )
     max_concurrent_requests: int = Field(24, ge=1, description="In flight per ingress replica; above: 429")
     allow_unauthenticated_network_access: bool = Field(
         False, description="Serve on a non-loopback address without API keys (a deliberate decision)"

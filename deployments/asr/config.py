@@ -66,14 +66,14 @@ class ASRSlotConfig(SlotModelsConfig):
         default_factory=lambda: [TINY_WHISPER_ID],
         description="Other model ids requests may name (the allow-list)",
     )
-    max_models_per_replica: int = Field(2, ge=1)
+    max_models_per_replica: int = Field(2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)")
     mode: str = Field(DEFAULT_MODE, description="off | interactive | conversational | offline")
     max_batch: Optional[int] = Field(None, ge=1, description="Overrides the mode's batch size")
     dtype: Literal["auto", "float16", "float32"] = Field(
         "auto", description="auto: float16 on Metal, float32 on CPU (faster there)"
     )
-    max_upload_mb: float = Field(100.0, gt=0)
-    max_duration_s: float = Field(3 * 3600.0, gt=0)
+    max_upload_mb: float = Field(100.0, gt=0, description="Larger audio uploads are a 413")
+    max_duration_s: float = Field(3 * 3600.0, gt=0, description="Longer audio is a 400")
     max_chunk_s: float = Field(30.0, gt=1, le=30, description="Longest piece VAD hands the model")
     files_dir: Optional[str] = Field(
         None, description="JSON requests may name server files inside this directory only"

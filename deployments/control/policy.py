@@ -20,7 +20,7 @@ class SlotModelsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="False: the slot is not bound and its routes answer 404 slot_disabled")
     default_model: str = Field(..., description="Served when a request names no model; loaded at start-up")
     models: list[str] = Field(
         default_factory=list, description="Other model ids requests may name (the allow-list)"
@@ -28,7 +28,7 @@ class SlotModelsConfig(BaseModel):
     models_dir: Optional[str] = Field(
         None, description="Local model directories under this path may be loaded too"
     )
-    max_models_per_replica: int = Field(1, ge=1)
+    max_models_per_replica: int = Field(1, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)")
 
     def allowed_models(self) -> list[str]:
         return list(dict.fromkeys([self.default_model, *self.models]))

@@ -12,12 +12,12 @@ class LLMSlotConfig(SlotModelsConfig):
     default_model: str = Field(
         TINY_LLM_ID, description="Served when a request names no model; loaded at start-up"
     )
-    max_models_per_replica: int = Field(2, ge=1)
+    max_models_per_replica: int = Field(2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)")
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together per replica")
-    prefill_batch_size: int = Field(8, ge=1)
-    prefill_step_size: int = Field(2048, ge=16)
+    prefill_batch_size: int = Field(8, ge=1, description="Prompts prefilled together per step")
+    prefill_step_size: int = Field(2048, ge=16, description="Prompt tokens processed per prefill step")
     batching: bool = Field(True, description="False: one sequence at a time (a baseline)")
-    default_max_tokens: int = Field(2048, ge=1)
+    default_max_tokens: int = Field(2048, ge=1, description="Tokens generated when a request sets no max_tokens")
     prefix_cache_entries: int = Field(
         10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
     )
