@@ -31,11 +31,11 @@ PAGES_NOT_WRITTEN_YET = {
 
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
-# `POST /v1/audio/speech` in prose or code; WS names a WebSocket route.
-ROUTE_MENTION = re.compile(r"(?<![\w/])(GET|POST|PUT|PATCH|DELETE|HEAD|WS) +(/[^\s`'\")\]|,;]*)")
+METHOD = r"(?:GET|POST|PUT|PATCH|DELETE|HEAD|WS)"  # WS names a WebSocket route
+# `POST /v1/audio/speech` in prose or code.
+ROUTE_MENTION = re.compile(rf"(?<![\w/])({METHOD}) +(/[^\s`'\")\]|,;]*)")
 # A route-table row: | GET, POST | `/v1/voices` | ...
-TABLE_ROW = re.compile(r"^\|\s*((?:GET|POST|PUT|PATCH|DELETE|HEAD|WS)(?:\s*,\s*(?:GET|POST|PUT|PATCH|DELETE|HEAD|WS))*)\s*\|([^|]*)\|")
+TABLE_ROW = re.compile(rf"^\|\s*({METHOD}(?:\s*,\s*{METHOD})*)\s*\|([^|]*)\|")
 SERVER_URL = re.compile(r"(?:https?|wss?)://(?:127\.0\.0\.1|localhost):8080(/[^\s'\"?`)]*)")
 PLACEHOLDER = re.compile(r"\{[^}/]+\}")
 
@@ -264,7 +264,8 @@ def test_bench_readme_fills_the_marked_blocks_from_results(tmp_path):
     for ext in ("md", "json", "png"):
         shutil.copy(readme.RESULTS / f"tts.{ext}", results / f"tts.{ext}")
     page = tmp_path / "docs" / "performance.md"
-    text = "intro\n<!-- bench:tts -->\nold\n<!-- /bench:tts -->\n<!-- bench:asr -->\nold\n<!-- /bench:asr -->\nend\n"
+    text = ("intro\n<!-- bench:tts -->\nold\n<!-- /bench:tts -->\n"
+            "<!-- bench:asr -->\nold\n<!-- /bench:asr -->\nend\n")
     out = readme.update(text, results, page)
     tts = out.split("<!-- bench:tts -->\n")[1].split("<!-- /bench:tts -->")[0]
     assert tts.startswith("Measured ") and (results / "tts.md").read_text().strip() in tts
