@@ -211,6 +211,19 @@ def test_every_route_in_an_example_is_a_route_of_the_app(path):
     assert unknown == [], f"{rel(path)} names routes the app does not have"
 
 
+def test_every_http_route_of_the_app_is_documented():
+    """Each operation of the app's OpenAPI schema appears in an example on some page (its own
+    API page, and docs/README.md's route table), so a new route cannot go undocumented."""
+    documented = {example for path in doc_files() for example in example_routes(path)}
+    missing = []
+    for template, operations in app().openapi()["paths"].items():
+        pattern = re.compile(PLACEHOLDER.sub("[^/]+", template) + "$")
+        for method in operations:
+            if not any(m == method.upper() and pattern.match(p) for m, p in documented):
+                missing.append(f"{method.upper()} {template}")
+    assert missing == [], "routes no page of docs/ mentions"
+
+
 def test_the_readme_has_a_first_request_per_modality():
     routes = set(example_routes(README))
     for expected in [
