@@ -1,11 +1,11 @@
 # `make serve` runs the graph, `make test` runs the whole test suite, `make bench` the benchmarks
-# (BENCH_ARGS=--quick for a few minutes; results in bench/results/, see README "Performance").
+# (BENCH_ARGS=--quick for a few minutes; results in bench/results/, see docs/performance.md).
 # Both create .venv at the repo root on first use (Python 3.11+; PYTHON=python3.12 to choose).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 # mflux (image slot) on Linux: its metadata pins MLX's CUDA build, so it goes in without its
-# dependencies; pyproject.toml lists them (and pins the version, read here). README, "Images".
+# dependencies; pyproject.toml lists them (and pins the version, read here). docs/api/images.md, "Installing mflux on Linux".
 MFLUX := $(shell sed -n 's/.*"\(mflux==[^;"]*\).*/\1/p' pyproject.toml | head -n 1)
 
 BENCH_STAMP := $(VENV)/.bench-installed

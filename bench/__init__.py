@@ -1,4 +1,4 @@
-"""The benchmark harness (`python -m bench`): see the README's Performance section."""
+"""The benchmark harness (`python -m bench`): see docs/performance.md."""
 
 import os
 

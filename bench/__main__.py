@@ -1,7 +1,7 @@
 """Run the benchmarks: `python -m bench [--quick | --smoke] [--scenarios llm,asr,tts,memory]`.
 
 Each scenario writes <out>/<scenario>.json (with the machine's description) and a PNG next to
-it, and prints its table. See the README's Performance section.
+it, and prints its table. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ async def _run(opts, argv) -> int:
             path = write_result(opts.out, name, result)
             png = module.plot(result, opts.out / f"{name}.png")
             rendered = module.render(result)
-            (opts.out / f"{name}.md").write_text(rendered + "\n")  # the README's Performance tables
+            (opts.out / f"{name}.md").write_text(rendered + "\n")  # docs/performance.md's tables (python -m bench.readme)
             print(f"\n## {name}\n\n{rendered}\n\n{path}" + (f"\n{png}" if png else "") + "\n", flush=True)
             if result.get("failed"):
                 failed.append(name)

@@ -55,7 +55,7 @@ def prompt_text(round_id: int, i: int) -> str:
     # Distinct prompts that differ from their first character: mlx_lm.server keeps a prefix
     # cache and skips the prefill of whatever a prompt shares with an earlier one (numbered
     # prompts such as "Round 1 request 2: ..." let it reuse up to a third of each prompt). This
-    # measures serving, not cache hits; the README says the peer has that cache and we do not.
+    # measures serving, not cache hits (bench/prefix.py measures the prefix caches).
     tag = hashlib.sha1(f"{round_id}/{i}".encode()).hexdigest()[:8]
     return f"{tag} tell a long story about the quick brown fox and the lazy dog."
 

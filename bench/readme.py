@@ -1,19 +1,22 @@
-"""Paste the latest results (bench/results/<scenario>.md tables and PNGs) into the README's
-Performance section, between its `<!-- bench:<scenario> -->` and `<!-- /bench:<scenario> -->`
-markers: `python -m bench.readme`."""
+"""Paste the latest results (bench/results/<scenario>.md tables and PNGs) into
+docs/performance.md, between its `<!-- bench:<scenario> -->` and `<!-- /bench:<scenario> -->`
+markers: `python -m bench.readme`. The prose around the markers is written by hand."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+PAGE = ROOT / "docs" / "performance.md"
+SCENARIOS = ("llm", "asr", "tts", "memory", "prefix")
 
 
-def block(scenario: str) -> str:
-    md, js, png = (RESULTS / f"{scenario}.{ext}" for ext in ("md", "json", "png"))
+def block(scenario: str, results: Path = RESULTS, page: Path = PAGE) -> str:
+    md, js, png = (results / f"{scenario}.{ext}" for ext in ("md", "json", "png"))
     if not md.exists():
         return "_Not measured yet._"
     meta = json.loads(js.read_text())
@@ -24,7 +27,8 @@ def block(scenario: str) -> str:
              f"{meta['load_average_before'][0]:.1f}, shared machine: {m['shared']}; BLAS: {_blas(m)}.", "",
              md.read_text().strip()]
     if png.exists():
-        lines += ["", f"![{scenario}](bench/results/{scenario}.png)"]
+        # Relative to the page, so the link works wherever the repository is viewed.
+        lines += ["", f"![{scenario}]({Path(os.path.relpath(png, page.parent)).as_posix()})"]
     return "\n".join(lines)
 
 
@@ -38,13 +42,16 @@ def _blas(machine: dict) -> str:
     return f"OpenBLAS `{Path(blas['library']).name}`, {threads} thread(s)"
 
 
-def main() -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    for scenario in ("llm", "asr", "tts", "memory", "prefix"):
+def update(text: str, results: Path = RESULTS, page: Path = PAGE) -> str:
+    """`text` with every scenario's marked block replaced by its latest results."""
+    for scenario in SCENARIOS:
         pattern = re.compile(rf"(<!-- bench:{scenario} -->\n).*?(<!-- /bench:{scenario} -->)", re.S)
-        text = pattern.sub(lambda mt: mt.group(1) + block(scenario) + "\n" + mt.group(2), text)
-    readme.write_text(text)
+        text = pattern.sub(lambda mt: mt.group(1) + block(scenario, results, page) + "\n" + mt.group(2), text)
+    return text
+
+
+def main() -> None:
+    PAGE.write_text(update(PAGE.read_text()))
 
 
 if __name__ == "__main__":
