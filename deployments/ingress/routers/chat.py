@@ -3,28 +3,16 @@ Requests for CUDA-mapped model ids go to the CUDA proxy instead (see ingress/cud
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel
 
 from deployments.ingress.cuda import routes_to_cuda, serve_cuda_chat
 from deployments.ingress.errors import validate_body
-from deployments.ingress.clients import SlotStream
-from deployments.ingress.serving import serve_generation
+from deployments.ingress.serving.generation import ServingChat
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.generation import GenerationChunk
-from deployments.protocol.openai import (
-    AssistantMessage,
-    ChatChoice,
-    ChatChunkChoice,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    DeltaMessage,
-    ToolCallDelta,
-    random_id,
-)
+from deployments.protocol.openai import ChatCompletionRequest
 
 router = APIRouter(tags=["chat"])
 
@@ -65,52 +53,4 @@ async def create_chat_completion(
     # rules (and never by a local slot), everything else by the local LLM slot.
     if routes_to_cuda(state, body):
         return await serve_cuda_chat(state, body)
-    request: ChatCompletionRequest = validate_body(ChatCompletionRequest, body)
-    request_id = random_id("chatcmpl")
-
-    def to_response(total: GenerationChunk, model: str) -> ChatCompletionResponse:
-        message = AssistantMessage(
-            content=total.content if (total.content or not total.tool_calls) else None,
-            reasoning_content=total.reasoning_content or None,
-            tool_calls=total.tool_calls or None,
-        )
-        choice = ChatChoice(message=message, finish_reason=total.finish_reason)
-        return ChatCompletionResponse(id=request_id, model=model, choices=[choice], usage=total.usage)
-
-    def to_events(stream: SlotStream, model: str) -> AsyncIterator[ChatCompletionChunk]:
-        return _chat_events(stream, request_id, model, request.include_usage())
-
-    return await serve_generation(state, "chat", request, to_events, to_response)
-
-
-async def _chat_events(
-    stream: SlotStream, request_id: str, model: str, include_usage: bool
-) -> AsyncIterator[ChatCompletionChunk]:
-    def chunk(delta: DeltaMessage, finish_reason=None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            id=request_id,
-            model=model,
-            choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)],
-        )
-
-    yield chunk(DeltaMessage(role="assistant", content=""))
-    tool_index = 0
-    usage = None
-    async for part in stream.chunks():
-        tool_deltas = []
-        for call in part.tool_calls:
-            tool_deltas.append(ToolCallDelta(index=tool_index, **call.model_dump()))
-            tool_index += 1
-        if part.content or part.reasoning_content or tool_deltas:
-            yield chunk(
-                DeltaMessage(
-                    content=part.content or None,
-                    reasoning_content=part.reasoning_content or None,
-                    tool_calls=tool_deltas or None,
-                )
-            )
-        if part.finish_reason is not None:
-            usage = part.usage
-            yield chunk(DeltaMessage(), part.finish_reason)
-    if include_usage and usage is not None:
-        yield ChatCompletionChunk(id=request_id, model=model, choices=[], usage=usage)
+    return await ServingChat(state).create(validate_body(ChatCompletionRequest, body))

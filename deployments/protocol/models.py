@@ -1,0 +1,48 @@
+"""Response models of the model-management routes (OminiX-API's /v1/models/status, load,
+unload), typed so their shapes are checked and documented in the OpenAPI schema."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ReplicaView(BaseModel):
+    """What one replica of a slot reports: its default, what it holds, memory, errors."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    replica_id: str
+    default_model: Optional[str] = None
+    loaded_models: list[str] = []
+    memory: Optional[dict[str, int]] = None
+    freed_bytes: Optional[int] = None
+    error: Optional[str] = None
+    loading: Optional[dict[str, Any]] = None  # {"model", "download": progress} while a load runs
+    blas: Optional[dict[str, Any]] = None
+
+
+class SlotStatus(BaseModel):
+    default_model: Optional[str]  # None while unloaded by an operator
+    state: str
+    replicas: list[ReplicaView]
+
+
+class ModelsStatus(BaseModel):
+    status: Literal["success"] = "success"
+    models: dict[str, Optional[str]]  # OminiX-API's shape: slot -> its default model
+    slots: dict[str, SlotStatus]
+    sglang_cuda: dict[str, Any]
+
+
+class LoadResponse(BaseModel):
+    status: Literal["success"] = "success"
+    model: str
+    model_type: str
+    replicas: list[ReplicaView]
+
+
+class UnloadResponse(BaseModel):
+    status: Literal["success"] = "success"
+    unloaded: dict[str, list[dict[str, Any]]]  # slot -> [{replica_id, freed_bytes}]
