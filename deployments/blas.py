@@ -11,8 +11,10 @@ bundled one), `reference` (keep the wheel's), or the path of a library with the 
 OpenBLAS's own `OPENBLAS_NUM_THREADS` sets its threads; Ray sets `OMP_NUM_THREADS` for a replica
 to its whole CPUs (at least 1), which OpenBLAS follows when the first is unset.
 
-Pure standard library, and it must run before anything imports `mlx.core`: `deployments`
-calls `select()` when the package is imported, which every replica does first.
+Pure standard library, and it must run before anything imports `mlx.core`: every slot replica
+calls `select()` first thing (deployments/slot_replica.py), and the engines import MLX lazily,
+so the ingress, Control and the CUDA proxy never load a BLAS. Tools that run engines in process
+(bench/, the tests' conftest) call it themselves.
 """
 
 from __future__ import annotations

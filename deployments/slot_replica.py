@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from deployments import blas
 from deployments.control.agent import SlotAgent
 from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
@@ -30,6 +31,10 @@ class SlotReplica:
     metrics_class: ClassVar[type[ModelMetrics]]
 
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
+        # Before any engine imports mlx (engines import it lazily): MLX's Linux wheel would
+        # otherwise multiply with the slow reference BLAS it bundles (deployments/blas.py).
+        # Only model replicas load a BLAS; the ingress, Control and the proxy never do.
+        blas.select()
         self.slot = SLOTS[self.slot_name]
         self.config = self.slot.config.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()

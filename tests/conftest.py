@@ -2,6 +2,12 @@
 
 import pytest
 
+from deployments import blas
+
+# The unit tests run engines in this process: multiply with the same BLAS a slot replica picks
+# (deployments/slot_replica.py) before any test imports mlx.
+blas.select()
+
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):

@@ -1,7 +1,8 @@
 """The BLAS MLX multiplies with on Linux (deployments/blas.py): the system OpenBLAS when it is
 installed, bound before MLX loads; the bundled reference one on request; clear errors.
 
-Each case runs in a fresh interpreter: the choice is made once, when `deployments` is imported.
+Each case runs in a fresh interpreter, doing what a slot replica does first (blas.select(),
+deployments/slot_replica.py): the choice is made once per process.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 PROBE = """
 import json, sys
 {before}
-import deployments
-import mlx.core as mx, numpy as np
 from deployments import blas
+blas.select()
+import mlx.core as mx, numpy as np
 a = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
 b = np.random.default_rng(1).standard_normal((96, 48)).astype(np.float32)
 product = np.array(mx.array(a) @ mx.array(b))
