@@ -7,6 +7,12 @@ from dataclasses import asdict
 from typing import Any
 
 from deployments.asr.transcript import Segment, Transcript
+from deployments.protocol.transcription import (
+    Transcription,
+    TranscriptionSegment,
+    TranscriptionWord,
+    VerboseTranscription,
+)
 
 RESPONSE_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 CONTENT_TYPES = {
@@ -19,9 +25,10 @@ CONTENT_TYPES = {
 
 
 def render(transcript: Transcript, response_format: str, *, include_words: bool = False) -> tuple[Any, str]:
-    """(body, content type): a dict for the JSON formats, a string for the others."""
+    """(body, content type): a dict for the JSON formats (checked against their typed models in
+    deployments/protocol/transcription.py), a string for the others."""
     if response_format == "json":
-        return {"text": transcript.text}, CONTENT_TYPES["json"]
+        return Transcription(text=transcript.text).model_dump(), CONTENT_TYPES["json"]
     if response_format == "verbose_json":
         return verbose_json(transcript, include_words), CONTENT_TYPES["verbose_json"]
     if response_format == "text":
@@ -34,16 +41,14 @@ def render(transcript: Transcript, response_format: str, *, include_words: bool 
 
 
 def verbose_json(transcript: Transcript, include_words: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "task": "transcribe",
-        "language": transcript.language,
-        "duration": transcript.duration,
-        "text": transcript.text,
-        "segments": [_segment_json(s) for s in transcript.segments],
-    }
-    if include_words:
-        body["words"] = [asdict(w) for w in transcript.words()]
-    return body
+    body = VerboseTranscription(
+        language=transcript.language,
+        duration=transcript.duration,
+        text=transcript.text,
+        segments=[TranscriptionSegment.model_validate(_segment_json(s)) for s in transcript.segments],
+        words=[TranscriptionWord.model_validate(asdict(w)) for w in transcript.words()] if include_words else None,
+    )
+    return body.model_dump(exclude={"words"} if not include_words else None)
 
 
 def _segment_json(segment: Segment) -> dict[str, Any]:

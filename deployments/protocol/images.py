@@ -144,6 +144,22 @@ class GeneratedImages(BaseModel):
     output_format: OutputFormat = "png"
 
 
+class ImageData(BaseModel):
+    b64_json: str
+    revised_prompt: str
+    seed: int  # the seed of this image: the same request with it gives the same image
+
+
+class ImagesResponse(BaseModel):
+    """POST /v1/images/generations: OpenAI's shape plus the model, format, size and seeds."""
+
+    created: int
+    data: list[ImageData]
+    model: str
+    output_format: OutputFormat
+    size: str
+
+
 class QuantizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

@@ -30,3 +30,42 @@ class TranscriptionParams(BaseModel):
     @property
     def word_timestamps(self) -> bool:
         return "word" in self.timestamp_granularities
+
+
+class TranscriptionWord(BaseModel):
+    word: str
+    start: float
+    end: float
+    probability: Optional[float] = None
+
+
+class TranscriptionSegment(BaseModel):
+    """OpenAI's verbose_json segment (the fields whisper clients read)."""
+
+    id: int
+    seek: int = 0
+    start: float
+    end: float
+    text: str
+    tokens: list[int] = []
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+
+
+class Transcription(BaseModel):
+    """response_format "json"."""
+
+    text: str
+
+
+class VerboseTranscription(BaseModel):
+    """response_format "verbose_json"; `words` only with timestamp_granularities[]=word."""
+
+    task: str = "transcribe"
+    language: Optional[str]
+    duration: float
+    text: str
+    segments: list[TranscriptionSegment]
+    words: Optional[list[TranscriptionWord]] = None

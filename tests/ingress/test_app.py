@@ -115,3 +115,20 @@ def test_the_websocket_of_a_disabled_tts_slot_says_so_and_closes():
         assert ws.receive_json() == {"event": "connected_success"}
         error = ws.receive_json()
         assert error["event"] == "error" and "not enabled" in error["message"]
+
+
+async def test_images_are_returned_as_base64_with_their_seeds(http, slots):
+    import base64
+
+    from deployments.protocol.images import GeneratedImages
+
+    def generate(params, model=None):
+        return GeneratedImages(model="ominix-tiny-flux2-klein", images=[b"\x89PNG-a", b"\x89PNG-b"],
+                               seeds=[params.seed, params.seed + 1], output_format="png")
+
+    slots["image"].answers["generate"] = generate
+    r = await http.post("/v1/images/generations", json={"prompt": "a red cube", "n": 2, "size": "64x64", "seed": 7})
+    body = r.json()
+    assert r.status_code == 200, body
+    assert [d["seed"] for d in body["data"]] == [7, 8] and base64.b64decode(body["data"][1]["b64_json"]) == b"\x89PNG-b"
+    assert body["size"] == "64x64" and body["model"] == "ominix-tiny-flux2-klein"

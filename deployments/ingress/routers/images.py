@@ -18,7 +18,9 @@ from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.images import (
     GeneratedImages,
+    ImageData,
     ImageGenerationRequest,
+    ImagesResponse,
     ImageParams,
     QuantizeRequest,
     decode_image_base64,
@@ -27,8 +29,8 @@ from deployments.protocol.images import (
 router = APIRouter(tags=["images"])
 
 
-@router.post("/v1/images/generations")
-async def create_images(request: ImageGenerationRequest, state: IngressState = Depends(ingress_state)) -> dict:
+@router.post("/v1/images/generations", response_model=ImagesResponse)
+async def create_images(request: ImageGenerationRequest, state: IngressState = Depends(ingress_state)):
     if request.response_format == "url":
         raise invalid_request(
             "response_format 'url' is not supported: this server does not store or serve image files; "
@@ -44,16 +46,16 @@ async def create_images(request: ImageGenerationRequest, state: IngressState = D
             raise invalid_request(str(e), "image", "invalid_image") from None
     params = ImageParams.from_request(request, init_image)
     result: GeneratedImages = await image_slot.call("generate", params, model=model)
-    return {
-        "created": int(time.time()),
-        "data": [
-            {"b64_json": base64.b64encode(image).decode(), "revised_prompt": request.prompt, "seed": seed}
+    return ImagesResponse(
+        created=int(time.time()),
+        data=[
+            ImageData(b64_json=base64.b64encode(image).decode(), revised_prompt=request.prompt, seed=seed)
             for image, seed in zip(result.images, result.seeds)
         ],
-        "model": result.model,
-        "output_format": result.output_format,
-        "size": request.size,
-    }
+        model=result.model,
+        output_format=result.output_format,
+        size=request.size,
+    )
 
 
 @router.post("/v1/models/quantize")
