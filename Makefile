@@ -10,7 +10,7 @@ MFLUX := $(shell sed -n 's/.*"\(mflux==[^;"]*\).*/\1/p' pyproject.toml | head -n
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: setup serve test bench clean
+.PHONY: setup serve test lint bench clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,11 @@ serve: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest
+
+# ruff's lint rules, import order and formatting (pyproject.toml); CI runs it before the tests.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 $(BENCH_STAMP): $(STAMP)
 	$(VENV)/bin/python -m pip install --quiet -e '.[test,bench]'
