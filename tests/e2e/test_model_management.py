@@ -120,8 +120,10 @@ def test_a_replacement_replica_comes_up_with_the_current_default(managed):
     ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
 
     def replaced():
+        # A replacement reports while it loads (default_model None, `loading` set): wait for it.
         now = replicas(client)
-        return len(now) == 2 and {r["replica_id"] for r in now} != before and now
+        done = len(now) == 2 and {r["replica_id"] for r in now} != before and not any(r["loading"] for r in now)
+        return done and now
     now = wait_for(replaced, 180)
     assert [r["default_model"] for r in now] == [second, second]
 
