@@ -20,6 +20,8 @@ from deployments.protocol.errors import unavailable
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import SamplingRequest
 from deployments.protocol.sse import SSE_DONE, SSE_HEADERS, SSE_MEDIA_TYPE, sse_data
+from deployments.routing.affinity import llm_affinity_key
+from deployments.routing.router import request_session_header
 
 logger = logging.getLogger("ray.serve")
 
@@ -37,6 +39,8 @@ class SlotStream:
             raise unavailable("The LLM slot is not enabled in this graph")
         # No model named: any replica, which serves the slot's current default.
         options = {"multiplexed_model_id": model} if model else {}
+        # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
+        options["session_id"] = llm_affinity_key(request, request_session_header())
         handle = state.llm.options(stream=True, **options)
         return await cls.start(getattr(handle, method).remote(request))
 

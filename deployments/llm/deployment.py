@@ -3,7 +3,8 @@
 Each replica holds up to `max_models_per_replica` engines, chosen per request through Serve
 model multiplexing (the ingress sets `multiplexed_model_id`), so requests for one model are
 routed to replicas that already hold it. The default model is loaded before the replica
-reports ready.
+reports ready. A conversation's requests go to the replica holding its prefix cache
+(deployments/routing/router.py, docs/routing.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import AsyncIterator, Optional
 
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
 from deployments.control.agent import SlotAgent
 from deployments.control.replica_models import ReplicaModels
@@ -36,8 +38,12 @@ LLM_FILE_PATTERNS = [
 ]
 
 
+LLM_ROUTER = RequestRouterConfig(request_router_class="deployments.routing.router.AffinityRouter")
+
+
 @serve.deployment(
-    name="LLM", max_ongoing_requests=64, health_check_period_s=10, ray_actor_options={"num_cpus": 0.5}
+    name="LLM", max_ongoing_requests=64, health_check_period_s=10, ray_actor_options={"num_cpus": 0.5},
+    request_router_config=LLM_ROUTER,
 )
 class LLMSlot:
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
