@@ -1,9 +1,9 @@
 """What affinity routing saves: multi-turn conversations on two LLM replicas, routed by this
 graph's `AffinityRouter` and by Serve's default router (power of two choices), side by side.
 
-CONVERSATIONS conversations at once share a long system prompt; each sends TURNS turns one after
-another (its history and answers resent as in a chat client, no `prompt_cache_key`: the router
-keys them by their head). Reports, per router: the share of prompt tokens the replicas' prefix
+CONVERSATIONS conversations at once share a long system prompt; each sends its turns one after
+another, every user turn pasting a passage (its history and answers resent as in a chat client,
+no `prompt_cache_key`: the router keys them by their head). Reports, per router: the share of prompt tokens the replicas' prefix
 caches served (`usage.prompt_tokens_details.cached_tokens` / `prompt_tokens`) on the later turns
 and on all turns, and TTFT p50/p95 of the later turns. Every request does the same work (greedy,
 ignore_eos, token counts checked); both apps have the shipped LLM settings. On request:
@@ -14,6 +14,7 @@ ignore_eos, token counts checked); both apps have the shipped LLM settings. On r
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from typing import Optional
 
@@ -22,7 +23,7 @@ import httpx
 from bench.cluster import BenchCluster, wait_ready
 from bench.llm import Timing, stream_chat
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
-from bench.prefix import body, system_prompt
+from bench.prefix import VOCABULARY, body, system_prompt
 from bench.report import percentile_bars, pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
 
@@ -41,11 +42,18 @@ def _router_options(name: str) -> dict:
     return {} if name == "affinity_router" else {"request_router_config": RequestRouterConfig()}
 
 
-async def conversation(call, system: str, conv: int, turns: int, tokens: int) -> list[Timing]:
+def passage(conv: int, turn: int, words: int) -> str:
+    """What a user pastes into a turn (a document, an earlier reply): the history that grows."""
+    rng = random.Random(conv * 1000 + turn)
+    return " ".join(rng.choice(VOCABULARY) for _ in range(words))
+
+
+async def conversation(call, system: str, conv: int, turns: int, tokens: int, words: int) -> list[Timing]:
     messages = [{"role": "system", "content": system}]
     out = []
     for turn in range(turns):
-        messages.append({"role": "user", "content": f"Conversation {conv}, turn {turn}: go on with the story."})
+        text = f"Conversation {conv}, turn {turn}: go on with the story, using this: {passage(conv, turn, words)}"
+        messages.append({"role": "user", "content": text})
         t = await call(body(messages, tokens))
         if t.tokens != tokens:
             raise RuntimeError(f"unequal work: asked for {tokens} tokens, got {t.tokens}")
@@ -72,8 +80,8 @@ def summarize(conversations: list[list[Timing]]) -> dict:
     }
 
 
-async def run_round(call, system: str, turns: int, tokens: int) -> dict:
-    convs = await asyncio.gather(*(conversation(call, system, i, turns, tokens) for i in range(CONVERSATIONS)))
+async def run_round(call, system: str, turns: int, tokens: int, words: int) -> dict:
+    convs = await asyncio.gather(*(conversation(call, system, i, turns, tokens, words) for i in range(CONVERSATIONS)))
     return summarize(convs)
 
 
@@ -83,6 +91,7 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
     tokens = min(opts.tokens, 16)
     turns = 2 if opts.smoke else 4
     system = system_prompt(40 if opts.smoke else 300)
+    words = 10 if opts.smoke else 60  # pasted per user turn
     http = httpx.AsyncClient(timeout=httpx.Timeout(600), limits=httpx.Limits(max_connections=64))
     calls, apps = {}, []
     try:
@@ -95,12 +104,12 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
             calls[name] = lambda b, u=url: stream_chat(http, f"{u}/v1/chat/completions", b, keep_text=True)
             progress(f"affinity: {name} is up ({REPLICAS} LLM replicas)")
         for call in calls.values():  # warm-up on every replica, with a system prompt no round uses
-            await run_round(call, system_prompt(20), 1, tokens)
+            await run_round(call, system_prompt(20), 1, tokens, words)
         runs: dict = {name: [] for name in SYSTEMS}
         for rep in range(opts.repeats):
             names = list(SYSTEMS)
             for name in names[rep % len(names):] + names[: rep % len(names)]:
-                m = await run_round(calls[name], f"Round {rep}. {system}", turns, tokens)  # starts cold
+                m = await run_round(calls[name], f"Round {rep}. {system}", turns, tokens, words)  # starts cold
                 runs[name].append(m)
                 progress(f"affinity: repeat {rep + 1}/{opts.repeats} {name}: later turns cached "
                          f"{m['later_turns_cached_share']:.0%}, TTFT p50 {m['later_turns_ttft_p50_ms']:.0f} ms")
@@ -112,7 +121,8 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
     ours, default = results["affinity_router"], results["serve_default_router"]
     return {
         "model": model_dir.name, "replicas": REPLICAS, "conversations": CONVERSATIONS, "turns": turns,
-        "tokens_per_request": tokens, "system_prompt_chars": len(system), "repeats": opts.repeats,
+        "tokens_per_request": tokens, "system_prompt_chars": len(system), "words_per_user_turn": words,
+        "repeats": opts.repeats,
         "results": results,
         "later_turns_ttft_vs_default": ratio(ours["later_turns_ttft_p50_ms"], default["later_turns_ttft_p50_ms"]),
     }

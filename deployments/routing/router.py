@@ -91,6 +91,9 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             return []
         if self._strict:
             chosen = strict_choice(key, by_id, [r.replica_id.unique_id for r in candidates], self._pins)
+            # Pinned now, not once accepted: a strict key has one candidate, so every retry of
+            # this request (a full replica) comes back to it anyway.
+            self._pins.pin(key, chosen)
             return [[by_id[chosen]]]
         loads = await self._queue_lens(candidates)
         capacities = {r.replica_id.unique_id: r.max_ongoing_requests for r in candidates}
@@ -116,11 +119,6 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             for r, q in await self._probe_queue_lens(missing, 0):
                 loads[r.replica_id.unique_id] = q
         return loads
-
-    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result) -> None:
-        key = pending_request.metadata.session_id if pending_request is not None else ""
-        if self._pins is not None and key and owner_of(key) is None:
-            self._pins.pin(key, replica_id.unique_id)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
