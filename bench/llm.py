@@ -49,6 +49,7 @@ class Timing:
     tokens: int
     text: str = ""  # the answer, when asked for (bench/prefix.py sends it back as history)
     cached_tokens: Optional[int] = None  # usage.prompt_tokens_details.cached_tokens, if reported
+    prompt_tokens: Optional[int] = None  # usage.prompt_tokens
 
 
 def prompt_text(round_id: int, i: int) -> str:
@@ -102,7 +103,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: flo
     try:
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        first, tokens, text, cached = None, None, [], None
+        first, tokens, text, cached, prompt = None, None, [], None, None
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -117,6 +118,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: flo
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
                 cached = (chunk["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+                prompt = chunk["usage"].get("prompt_tokens")
     except httpx.TransportError as e:
         e.response_started = True  # part of the answer arrived: never retry (unequal work)
         raise
@@ -124,7 +126,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: flo
         await stream.__aexit__(None, None, None)
     if tokens is None:
         raise RuntimeError(f"{url}: the stream carried no usage")
-    return Timing(start, first, time.perf_counter(), tokens, "".join(text), cached)
+    return Timing(start, first, time.perf_counter(), tokens, "".join(text), cached, prompt)
 
 
 class InProcess:

@@ -35,10 +35,12 @@ PHASES = ("shared_system_prompt", "second_turn")
 CLIENTS = 4
 
 
+VOCABULARY = "fox dog river bank tree stone cloud rain light sound story quick lazy brown old new".split()
+
+
 def system_prompt(words: int) -> str:
     rng = random.Random(7)
-    vocabulary = "fox dog river bank tree stone cloud rain light sound story quick lazy brown old new".split()
-    return "You are a careful assistant. " + " ".join(rng.choice(vocabulary) for _ in range(words))
+    return "You are a careful assistant. " + " ".join(rng.choice(VOCABULARY) for _ in range(words))
 
 
 def body(messages: list[dict], tokens: int) -> dict:

@@ -52,3 +52,11 @@ def live_actor_pids(class_name: str) -> list[int]:
 
     actors = gcs_state.actors().values()
     return [a["Pid"] for a in actors if a["ActorClassName"] == class_name and a["State"] == "ALIVE"]
+
+
+async def power_of_two_choices(router: Any, candidates: list, pending_request: Any) -> list:
+    """Serve's default choice (power of two choices) for a request router that has no better
+    one (a request without an affinity key). The class is not exported publicly in Ray 2.60."""
+    from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
+
+    return await PowerOfTwoChoicesRequestRouter.choose_replicas(router, candidates, pending_request)

@@ -3,7 +3,8 @@
 Each replica holds up to `max_models_per_replica` engines, chosen per request through Serve
 model multiplexing (the ingress sets `multiplexed_model_id`), so requests for one model are
 routed to replicas that already hold it. The default model is loaded before the replica
-reports ready (deployments/slot_replica.py).
+reports ready (deployments/slot_replica.py). A conversation's requests go to the replica holding
+its prefix cache (deployments/routing/router.py, docs/routing.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
 from deployments.llm.engine import LLMEngine, SamplingParams
 from deployments.llm.metrics import GenerationMetrics
@@ -23,7 +25,10 @@ from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 from deployments.slot_replica import SlotReplica
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.5})
+LLM_ROUTER = RequestRouterConfig(request_router_class="deployments.routing.router.AffinityRouter")
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.5}, request_router_config=LLM_ROUTER)
 class LLMSlot(SlotReplica):
     slot_name = "llm"
     # What mlx-lm needs from a Hugging Face repo (the same patterns mlx_lm.load downloads).

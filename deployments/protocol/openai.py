@@ -143,6 +143,9 @@ class SamplingRequest(RequestModel):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     user: Optional[str] = None
+    # OpenAI's prompt-caching hint: requests sharing it are routed to the replica holding their
+    # prefix cache (docs/routing.md); `user` and the x-session-id header are the fallbacks.
+    prompt_cache_key: Optional[str] = Field(None, max_length=1024)
 
     @model_validator(mode="after")
     def _check_common(self):

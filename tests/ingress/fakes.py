@@ -59,14 +59,19 @@ class FakeClient:
         self.answers = dict(answers)
         self.calls: list[tuple[str, tuple, Optional[str]]] = []
         self.streams: list[FakeStream] = []
+        self.sessions: list[Optional[str]] = []  # the routing key of each call
 
-    async def call(self, method: str, *args: Any, model: Optional[str] = None) -> Any:
+    async def call(self, method: str, *args: Any, model: Optional[str] = None, session: Optional[str] = None) -> Any:
         self.calls.append((method, args, model))
+        self.sessions.append(session)
         answer = self._answer(method)(*args, model=model)
         return await answer if inspect.isawaitable(answer) else answer
 
-    async def stream(self, method: str, *args: Any, model: Optional[str] = None) -> SlotStream:
+    async def stream(
+        self, method: str, *args: Any, model: Optional[str] = None, session: Optional[str] = None
+    ) -> SlotStream:
         self.calls.append((method, args, model))
+        self.sessions.append(session)
         stream = FakeStream(self._answer(method)(*args, model=model))
         self.streams.append(stream)
         return await SlotStream.start(stream)

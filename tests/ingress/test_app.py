@@ -132,3 +132,15 @@ async def test_images_are_returned_as_base64_with_their_seeds(http, slots):
     assert r.status_code == 200, body
     assert [d["seed"] for d in body["data"]] == [7, 8] and base64.b64decode(body["data"][1]["b64_json"]) == b"\x89PNG-b"
     assert body["size"] == "64x64" and body["model"] == "ominix-tiny-flux2-klein"
+
+
+async def test_a_conversation_keeps_one_routing_key_across_turns(http, slots):
+    system = {"role": "system", "content": "You are terse."}
+    first = [system, {"role": "user", "content": "Hi"}]
+    second = [*first, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]
+    for messages in (first, second):
+        await http.post("/v1/chat/completions", json={"messages": messages})
+    await http.post("/v1/chat/completions", json={"messages": first, "prompt_cache_key": "conv-7"})
+    await http.post("/v1/chat/completions", json={"messages": first}, headers={"x-session-id": "tab-3"})
+    keys = slots["llm"].sessions
+    assert keys[0] == keys[1] and len(set(keys)) == 3 and all(keys)

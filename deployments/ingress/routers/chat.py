@@ -3,9 +3,9 @@ Requests for CUDA-mapped model ids go to the CUDA proxy instead (see ingress/cud
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Header
 from pydantic import BaseModel
 
 from deployments.ingress.cuda import routes_to_cuda, serve_cuda_chat
@@ -47,10 +47,11 @@ CHAT_REQUEST_DOC = {
 @router.post("/v1/chat/completions", openapi_extra=CHAT_REQUEST_DOC)
 async def create_chat_completion(
     body: dict[str, Any] = Body(..., description="An OpenAI chat completion request"),
+    x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
     state: IngressState = Depends(ingress_state),
 ):
     # Routing comes before validation: a CUDA-mapped id is answered by the CUDA route's own
     # rules (and never by a local slot), everything else by the local LLM slot.
     if routes_to_cuda(state, body):
         return await serve_cuda_chat(state, body)
-    return await ServingChat(state).create(validate_body(ChatCompletionRequest, body))
+    return await ServingChat(state).create(validate_body(ChatCompletionRequest, body), x_session_id)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Optional
+
+from fastapi import APIRouter, Depends, Header
 
 from deployments.ingress.serving.generation import ServingCompletion
 from deployments.ingress.state import IngressState, ingress_state
@@ -12,5 +14,9 @@ router = APIRouter(tags=["completions"])
 
 
 @router.post("/v1/completions")
-async def create_completion(request: CompletionRequest, state: IngressState = Depends(ingress_state)):
-    return await ServingCompletion(state).create(request)
+async def create_completion(
+    request: CompletionRequest,
+    x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
+    state: IngressState = Depends(ingress_state),
+):
+    return await ServingCompletion(state).create(request, x_session_id)

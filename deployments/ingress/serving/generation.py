@@ -16,6 +16,7 @@ from deployments.ingress.clients import SlotStream
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.state import IngressState
 from deployments.protocol.generation import GenerationChunk
+from deployments.routing.affinity import llm_affinity_key
 from deployments.protocol.openai import (
     AssistantMessage,
     ChatChoice,
@@ -41,13 +42,16 @@ async def serve_generation(
     state: IngressState,
     method: str,
     request: SamplingRequest,
+    session_header: Optional[str],
     to_events: StreamBuilder,
     to_response: FullBuilder,
 ) -> JSONResponse | StreamingResponse:
     """Shared body of /v1/chat/completions and /v1/completions."""
     llm = state.slot("llm")
     model = state.catalog.resolve("llm", request.model)
-    stream = await llm.stream(method, request, model=model)
+    # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
+    session = llm_affinity_key(request, session_header)
+    stream = await llm.stream(method, request, model=model, session=session)
     model = (stream.first.model if stream.first else None) or model or "unknown"
     if request.stream:
         return sse_response(to_events(stream, model))
@@ -60,7 +64,10 @@ class ServingChat:
     def __init__(self, state: IngressState):
         self.state = state
 
-    async def create(self, request: ChatCompletionRequest) -> JSONResponse | StreamingResponse:
+    async def create(
+        self, request: ChatCompletionRequest, session_header: Optional[str] = None
+    ) -> JSONResponse | StreamingResponse:
+        """`session_header`: the client's x-session-id, a routing key when the body has none."""
         request_id = random_id("chatcmpl")
 
         def to_response(total: GenerationChunk, model: str) -> ChatCompletionResponse:
@@ -75,7 +82,7 @@ class ServingChat:
         def to_events(stream: SlotStream, model: str) -> AsyncIterator[ChatCompletionChunk]:
             return chat_events(stream, request_id, model, request.include_usage())
 
-        return await serve_generation(self.state, "chat", request, to_events, to_response)
+        return await serve_generation(self.state, "chat", request, session_header, to_events, to_response)
 
 
 async def chat_events(
@@ -115,7 +122,9 @@ class ServingCompletion:
     def __init__(self, state: IngressState):
         self.state = state
 
-    async def create(self, request: CompletionRequest) -> JSONResponse | StreamingResponse:
+    async def create(
+        self, request: CompletionRequest, session_header: Optional[str] = None
+    ) -> JSONResponse | StreamingResponse:
         request_id = random_id("cmpl")
         echo = request.prompt if request.echo and isinstance(request.prompt, str) else ""
 
@@ -138,4 +147,4 @@ class ServingCompletion:
             if request.include_usage() and usage is not None:
                 yield event(model, "", usage=usage)
 
-        return await serve_generation(self.state, "completions", request, to_events, to_response)
+        return await serve_generation(self.state, "completions", request, session_header, to_events, to_response)

@@ -1,0 +1,155 @@
+"""What affinity routing saves: multi-turn conversations on two LLM replicas, routed by this
+graph's `AffinityRouter` and by Serve's default router (power of two choices), side by side.
+
+CONVERSATIONS conversations at once share a long system prompt; each sends its turns one after
+another, every user turn pasting a passage (its history and answers resent as in a chat client,
+no `prompt_cache_key`: the router keys them by their head). Reports, per router: the share of prompt tokens the replicas' prefix
+caches served (`usage.prompt_tokens_details.cached_tokens` / `prompt_tokens`) on the later turns
+and on all turns, and TTFT p50/p95 of the later turns. Every request does the same work (greedy,
+ignore_eos, token counts checked); both apps have the shipped LLM settings. On request:
+
+    .venv/bin/python -m bench --scenarios affinity
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+from bench.cluster import BenchCluster, wait_ready
+from bench.llm import Timing, stream_chat
+from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
+from bench.prefix import VOCABULARY, body, system_prompt
+from bench.report import percentile_bars, pyplot, table
+from bench.stats import median_over_repeats, percentile, ratio
+
+SYSTEMS = {
+    "affinity_router": "AffinityRouter (this graph)",
+    "serve_default_router": "Serve's default router",
+}
+CONVERSATIONS = 16
+REPLICAS = 2
+
+
+def _router_options(name: str) -> dict:
+    from ray.serve.config import RequestRouterConfig
+
+    # The affinity app keeps the LLM deployment's own router (the one serve_config.yaml names).
+    return {} if name == "affinity_router" else {"request_router_config": RequestRouterConfig()}
+
+
+def passage(conv: int, turn: int, words: int) -> str:
+    """What a user pastes into a turn (a document, an earlier reply): the history that grows."""
+    rng = random.Random(conv * 1000 + turn)
+    return " ".join(rng.choice(VOCABULARY) for _ in range(words))
+
+
+async def conversation(call, system: str, conv: int, turns: int, tokens: int, words: int) -> list[Timing]:
+    messages = [{"role": "system", "content": system}]
+    out = []
+    for turn in range(turns):
+        text = f"Conversation {conv}, turn {turn}: go on with the story, using this: {passage(conv, turn, words)}"
+        messages.append({"role": "user", "content": text})
+        t = await call(body(messages, tokens))
+        if t.tokens != tokens:
+            raise RuntimeError(f"unequal work: asked for {tokens} tokens, got {t.tokens}")
+        messages.append({"role": "assistant", "content": t.text})
+        out.append(t)
+    return out
+
+
+def summarize(conversations: list[list[Timing]]) -> dict:
+    later = [t for c in conversations for t in c[1:]]
+    every = [t for c in conversations for t in c]
+
+    def share(timings: list[Timing]) -> Optional[float]:
+        prompt = sum(t.prompt_tokens or 0 for t in timings)
+        return sum(t.cached_tokens or 0 for t in timings) / prompt if prompt else None
+
+    ttft = [(t.first - t.start) * 1000 for t in later]
+    return {
+        "later_turns_cached_share": share(later),
+        "all_turns_cached_share": share(every),
+        "later_turns_ttft_p50_ms": percentile(ttft, 50),
+        "later_turns_ttft_p95_ms": percentile(ttft, 95),
+        "first_turn_ttft_p50_ms": percentile([(c[0].first - c[0].start) * 1000 for c in conversations], 50),
+    }
+
+
+async def run_round(call, system: str, turns: int, tokens: int, words: int) -> dict:
+    convs = await asyncio.gather(*(conversation(call, system, i, turns, tokens, words) for i in range(CONVERSATIONS)))
+    return summarize(convs)
+
+
+async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts, progress) -> dict:
+    config = SMOKE_CONFIG if opts.smoke else BENCH_CONFIG
+    model_dir = ensure_bench_model(cache_dir, config)
+    tokens = min(opts.tokens, 16)
+    turns = 2 if opts.smoke else 4
+    system = system_prompt(40 if opts.smoke else 300)
+    words = 10 if opts.smoke else 60  # pasted per user turn
+    http = httpx.AsyncClient(timeout=httpx.Timeout(600), limits=httpx.Limits(max_connections=64))
+    calls, apps = {}, []
+    try:
+        for name in SYSTEMS:
+            app = f"bench-{name.replace('_', '-')}"
+            options = {"LLM": {"num_replicas": REPLICAS, **_router_options(name)}}
+            url = cluster.deploy(app, {"llm": {"default_model": str(model_dir)}}, options)
+            apps.append(app)
+            await wait_ready(url)
+            calls[name] = lambda b, u=url: stream_chat(http, f"{u}/v1/chat/completions", b, keep_text=True)
+            progress(f"affinity: {name} is up ({REPLICAS} LLM replicas)")
+        for call in calls.values():  # warm-up on every replica, with a system prompt no round uses
+            await run_round(call, system_prompt(20), 1, tokens, words)
+        runs: dict = {name: [] for name in SYSTEMS}
+        for rep in range(opts.repeats):
+            names = list(SYSTEMS)
+            for name in names[rep % len(names):] + names[: rep % len(names)]:
+                m = await run_round(calls[name], f"Round {rep}. {system}", turns, tokens, words)  # starts cold
+                runs[name].append(m)
+                progress(f"affinity: repeat {rep + 1}/{opts.repeats} {name}: later turns cached "
+                         f"{m['later_turns_cached_share']:.0%}, TTFT p50 {m['later_turns_ttft_p50_ms']:.0f} ms")
+    finally:
+        await http.aclose()
+        for app in apps:
+            cluster.delete(app)
+    results = {name: {**median_over_repeats(r), "repeats": r} for name, r in runs.items()}
+    ours, default = results["affinity_router"], results["serve_default_router"]
+    return {
+        "model": model_dir.name, "replicas": REPLICAS, "conversations": CONVERSATIONS, "turns": turns,
+        "tokens_per_request": tokens, "system_prompt_chars": len(system), "words_per_user_turn": words,
+        "repeats": opts.repeats,
+        "results": results,
+        "later_turns_ttft_vs_default": ratio(ours["later_turns_ttft_p50_ms"], default["later_turns_ttft_p50_ms"]),
+    }
+
+
+def render(result: dict) -> str:
+    rows = [[SYSTEMS[name], m["later_turns_cached_share"], m["all_turns_cached_share"],
+             m["later_turns_ttft_p50_ms"], m["later_turns_ttft_p95_ms"], m["first_turn_ttft_p50_ms"]]
+            for name, m in result["results"].items()]
+    out = table(["router", "cached share, turns 2+", "cached share, all turns", "TTFT p50 ms, turns 2+",
+                 "p95 ms", "TTFT p50 ms, turn 1"], rows)
+    r = result["later_turns_ttft_vs_default"]
+    return out + f"\n\n{result['conversations']} conversations x {result['turns']} turns at a time on " \
+        f"{result['replicas']} LLM replicas, a {result['system_prompt_chars']}-character shared system prompt; " \
+        f"TTFT p50 of turns 2+ with the affinity router / Serve's default: {'-' if r is None else f'{r:.3g}'}"
+
+
+def plot(result: dict, path: Path) -> Optional[Path]:
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    percentile_bars(axes[0], result["results"], "later_turns_ttft_p50_ms", "later_turns_ttft_p95_ms", "turns 2+: TTFT ms")
+    names = list(result["results"])
+    axes[1].bar(names, [result["results"][n]["later_turns_cached_share"] for n in names])
+    axes[1].set_title("turns 2+: share of prompt tokens cached")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

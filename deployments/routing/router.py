@@ -1,0 +1,131 @@
+"""Serve request routers that keep a key's requests on one replica (docs/routing.md).
+
+The key travels as Serve's own `session_id` request metadata: the caller sets
+`handle.options(session_id=key)` (the ingress's slot client does it for the LLM slot with
+`llm_affinity_key`, deployments/ingress/serving/generation.py). Requests without a key are routed by power of two choices, as Serve's
+default router does. Model multiplexing comes first: the key picks among the replicas that
+hold the request's model (Serve's `MultiplexMixin`), so affinity never loads a model on a
+second replica while one holds it.
+
+- `AffinityRouter` (the LLM slot): soft affinity with bounded load (`max_imbalance`).
+- `SessionAffinityRouter`: strict (a live session never moves), for stateful sessions.
+
+The choice itself is Ray-free, in deployments/routing/affinity.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from ray.serve.request_router import (
+    LocalityMixin,
+    MultiplexMixin,
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+from deployments.ray_internals import power_of_two_choices
+from deployments.routing.affinity import (
+    DEFAULT_MAX_IMBALANCE,
+    PinTable,
+    bounded_order,
+    owner_of,
+    strict_choice,
+)
+
+logger = logging.getLogger("ray.serve")
+
+
+class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
+    """Routes a key's requests to the replica the key ranks first, within a load bound.
+
+    `request_router_kwargs`: `max_imbalance` (requests a key's replica may have queued beyond
+    the least loaded one before the key spills to its next replica), `strict` (never spill;
+    a key stays pinned to its replica while it lives, `pin_ttl_s` after its last request)."""
+
+    def initialize_state(
+        self,
+        max_imbalance: int = DEFAULT_MAX_IMBALANCE,
+        strict: bool = False,
+        pin_ttl_s: float = 600.0,
+        max_pins: int = 100_000,
+    ):
+        if not isinstance(max_imbalance, int) or max_imbalance < 0:
+            raise ValueError(f"max_imbalance must be a non-negative int, got {max_imbalance!r}")
+        self._max_imbalance = max_imbalance
+        self._strict = bool(strict)
+        self._pins = PinTable(pin_ttl_s, max_pins) if self._strict else None
+        logger.info(
+            "%s for %s: %s, max_imbalance=%d", type(self).__name__, self._deployment_id,
+            "strict" if self._strict else "soft", max_imbalance,
+        )
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: Optional[PendingRequest] = None,
+    ) -> list[list[RunningReplica]]:
+        key = pending_request.metadata.session_id if pending_request is not None else ""
+        if not key:
+            return await power_of_two_choices(self, candidate_replicas, pending_request)
+        # The routing loop sleeps between rounds only when told to (else it spins).
+        pending_request.routing_context.should_backoff = True
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        owner = by_id.get(owner_of(key))
+        if owner is not None:
+            return [[owner]]
+        candidates = [by_id[i.unique_id] for i in self._model_candidates(pending_request) if i.unique_id in by_id]
+        if not candidates:
+            return []
+        if self._strict:
+            chosen = strict_choice(key, by_id, [r.replica_id.unique_id for r in candidates], self._pins)
+            # Pinned now, not once accepted: a strict key has one candidate, so every retry of
+            # this request (a full replica) comes back to it anyway.
+            self._pins.pin(key, chosen)
+            return [[by_id[chosen]]]
+        loads = await self._queue_lens(candidates)
+        capacities = {r.replica_id.unique_id: r.max_ongoing_requests for r in candidates}
+        order = bounded_order(key, loads, self._max_imbalance, capacities)
+        return [[by_id[i]] for i in order]
+
+    def _model_candidates(self, pending_request: PendingRequest) -> set[ReplicaID]:
+        """Replicas holding the request's model first (then Serve's fallbacks), else all."""
+        if pending_request.metadata.multiplexed_model_id:
+            return self.apply_multiplex_routing(pending_request=pending_request)
+        return self._replica_id_set
+
+    async def _queue_lens(self, replicas: list[RunningReplica]) -> dict[str, Optional[int]]:
+        """Each replica's ongoing requests: from Serve's queue-length cache, probed when absent."""
+        loads: dict[str, Optional[int]] = {}
+        missing = []
+        for r in replicas:
+            q = self._replica_queue_len_cache.get(r.replica_id) if self._use_replica_queue_len_cache else None
+            if q is None:
+                missing.append(r)
+            loads[r.replica_id.unique_id] = q
+        if missing:
+            for r, q in await self._probe_queue_lens(missing, 0):
+                loads[r.replica_id.unique_id] = q
+        return loads
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        if self._pins is not None:
+            self._pins.keep_only(r.unique_id for r in self._replica_id_set)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        if self._pins is not None:
+            self._pins.keep_only(r.unique_id for r in self._replica_id_set)
+
+
+class SessionAffinityRouter(AffinityRouter):
+    """Strict affinity for stateful sessions: `handle.options(session_id=sid)` always reaches
+    the replica the session started on while that replica lives (a `replica_key` sid names
+    it outright, which holds across ingress replicas and scale-ups)."""
+
+    def initialize_state(self, strict: bool = True, **kwargs):
+        super().initialize_state(strict=strict, **kwargs)
