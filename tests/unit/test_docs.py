@@ -24,7 +24,6 @@ PAGES_NOT_WRITTEN_YET = {
     "docs/models-kokoro.md",
     "docs/resources.md",
     "docs/operating.md",
-    "docs/routing.md",
 }
 
 FENCE = re.compile(r"^(```|~~~)")
