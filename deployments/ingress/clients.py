@@ -82,7 +82,7 @@ class DeploymentClient:
             self._configured[key] = handle
         return handle
 
-    def _handle(self, model: Optional[str], stream: bool, session: Optional[str]) -> Any:
+    def _for_request(self, model: Optional[str], stream: bool, session: Optional[str]) -> Any:
         handle = self._options(model, stream)
         # A session key (per request, so never cached) lets the deployment's request router
         # keep a conversation on one replica (deployments/routing/router.py).
@@ -91,7 +91,7 @@ class DeploymentClient:
     async def call(self, method: str, *args: Any, model: Optional[str] = None, session: Optional[str] = None) -> Any:
         """One answer; the deployment's error (or Ray's) as an APIError."""
         try:
-            return await getattr(self._handle(model, False, session), method).remote(*args)
+            return await getattr(self._for_request(model, False, session), method).remote(*args)
         except Exception as e:
             raise from_exception(e) from None
 
@@ -99,7 +99,7 @@ class DeploymentClient:
         self, method: str, *args: Any, model: Optional[str] = None, session: Optional[str] = None
     ) -> SlotStream:
         """A streaming call, opened up to its first chunk (errors before it keep their status)."""
-        return await SlotStream.start(getattr(self._handle(model, True, session), method).remote(*args))
+        return await SlotStream.start(getattr(self._for_request(model, True, session), method).remote(*args))
 
 
 class SlotClient(DeploymentClient):
