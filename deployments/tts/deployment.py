@@ -30,6 +30,7 @@ from deployments.tts.metrics import SpeechMetrics
 from deployments.metrics import PerReplica
 from deployments.tts.sentences import split_sentences
 from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
+from deployments.tts.kokoro import KOKORO_TTS_ID, ensure_kokoro
 from deployments.tts.voices import (
     RegistryError,
     VoiceEntry,
@@ -43,7 +44,7 @@ from deployments.tts.voices import (
 
 logger = logging.getLogger("ray.serve")
 
-BUILTIN_TTS = {TINY_TTS_ID: ensure_tiny_tts}
+BUILTIN_TTS = {TINY_TTS_ID: ensure_tiny_tts, KOKORO_TTS_ID: ensure_kokoro}
 TTS_FILE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
 
 
@@ -70,10 +71,10 @@ class TTSSlot:
             allow_patterns=TTS_FILE_PATTERNS,
         )
         engine = await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
-        if model_id in BUILTIN_TTS:
+        if model_id == TINY_TTS_ID:
             logger.warning(
                 "TTS slot serves the built-in tiny model '%s': random weights, the audio says "
-                "nothing. Use a real model (on a Mac) with e.g. TTS_MODEL=mlx-community/Kokoro-82M-bf16",
+                "nothing. The built-in real model: TTS_MODEL=ominix-kokoro-82m",
                 model_id,
             )
         return engine
