@@ -5,7 +5,8 @@ layers they are 74-120x slower than the same arithmetic as BLAS matrix products,
 what makes Kokoro-82M synthesize at ~15x real time on a CPU (shared/reference/offline-models.md).
 Here:
 
-- `conv1d`: one GEMM per kernel tap over a strided, dilated view of the padded input, summed;
+- `conv1d`: one GEMM per kernel tap over a strided, dilated view of the padded input, summed
+  (used for dilated or grouped convolutions: undilated ones MLX already runs as a GEMM);
 - `conv_transpose1d`: one GEMM for all taps at once (input times every tap's weights), then an
   overlap-add of the tap outputs at their stride/dilation offsets;
 - grouped convolutions as a batched GEMM over the groups (depthwise as a broadcast multiply).
@@ -124,7 +125,9 @@ def _on_cpu(stream) -> bool:
 def _conv1d_op(input, weight, stride=1, padding=0, dilation=1, groups=1, *, stream=None):
     degenerate = input.ndim != 3 or _conv1d_length(
         input.shape[1] + 2 * padding, weight.shape[1], stride, dilation) <= 0
-    if degenerate or not _on_cpu(stream):  # MLX's op gives its own result or error
+    # Undilated, ungrouped: MLX's CPU op is already a GEMM (as fast or faster, measured).
+    native_fast = dilation == 1 and groups == 1
+    if degenerate or native_fast or not _on_cpu(stream):  # MLX's op: its result or its error
         return original_op("conv1d")(input, weight, stride, padding, dilation, groups, stream=stream)
     return conv1d(input, weight, stride, padding, dilation, groups)
 

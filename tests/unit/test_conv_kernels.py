@@ -78,6 +78,13 @@ def test_install_routes_mlx_and_nn_layers_through_the_kernels():
     assert mx.conv1d is kernels.original_op("conv1d")
 
 
+def test_undilated_ungrouped_conv1d_stays_mlx_own():
+    """MLX runs those as a GEMM already: the wrapper gives exactly MLX's result."""
+    x, w = mx.random.normal((1, 20, 8)), mx.random.normal((6, 3, 8))
+    ref = kernels.original_op("conv1d")(x, w, 2, 1)
+    assert mx.array_equal(kernels._conv1d_op(x, w, 2, 1), ref)
+
+
 def test_unusual_arguments_fall_back_to_mlx():
     """Shapes the GEMM forms do not cover give exactly MLX's result (or its error)."""
     x = mx.random.normal((1, 3, 2))
