@@ -138,6 +138,19 @@ def test_language_follows_the_request_then_the_voice():
     assert kokoro_lang_code(None, None) == "a"
 
 
+def test_languages_without_their_g2p_are_400s_that_say_what_is_missing():
+    import importlib.util
+
+    from deployments.tts.model_hooks import check_kokoro_language
+
+    check_kokoro_language("k", "en-gb")
+    check_kokoro_language("k", "es")  # espeak G2P: installed
+    if importlib.util.find_spec("pyopenjtalk") is None:
+        with pytest.raises(APIError, match=r"misaki\[ja\]") as err:
+            check_kokoro_language("k", "ja")
+        assert (err.value.status_code, err.value.param) == (400, "language")
+
+
 # ---------------------------------------------------------------------------------- engine
 
 
