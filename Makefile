@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	@if [ "$$(uname -s)" = Linux ]; then \
 		echo "Installing $(MFLUX) without its dependencies (Linux: keep MLX's CPU build)"; \
 		$(VENV)/bin/python -m pip install --quiet --no-deps '$(MFLUX)'; fi
+	@# Kokoro's 54 voices: the npm package kokoro-js 1.2.1 (Apache-2.0), fetched once with npm.
+	$(VENV)/bin/python -m deployments.tts.kokoro
 	@touch $(STAMP)
 
 # serve run serve_config.yaml, with OminiX's PORT / OMINIX_API_HOST / OMINIX_TLS_* applied.

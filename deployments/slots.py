@@ -26,6 +26,7 @@ from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
 from deployments.llm.config import LLMSlotConfig
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
 from deployments.tts.config import TTSSlotConfig
+from deployments.tts.kokoro import KOKORO_TTS_ID, ensure_kokoro
 from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
 
 MiB = 1024 * 1024
@@ -119,9 +120,9 @@ SLOTS: dict[str, Slot] = {
             deployment_name="TTS",
             deployment="deployments.tts.deployment:TTSSlot",
             config=TTSSlotConfig,
-            builtins={TINY_TTS_ID: ensure_tiny_tts},
+            builtins={TINY_TTS_ID: ensure_tiny_tts, KOKORO_TTS_ID: ensure_kokoro},
             random_builtins=frozenset({TINY_TTS_ID}),
-            real_model_hint="TTS_MODEL=mlx-community/Kokoro-82M-bf16 (on a Mac)",
+            real_model_hint=f"TTS_MODEL={KOKORO_TTS_ID} (real Kokoro-82M, converted offline)",
             routes=(
                 Route("/v1/audio/speech", 10 * MiB, 600.0),
                 Route("/v1/audio/speech/clone", 10 * MiB, 600.0),

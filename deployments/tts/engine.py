@@ -24,11 +24,17 @@ from typing import Any, AsyncIterator, Optional
 import numpy as np
 
 from deployments.engine_thread import STOP, EngineThread
+from deployments.tts import model_hooks
 from deployments.protocol.errors import APIError, invalid_request, server_error
 
 logger = logging.getLogger(__name__)
 
 _END = object()
+# Named in the 400 for reference audio on a model without a speaker encoder (e.g. Kokoro).
+CLONING_MODELS = (
+    "models that clone: the built-in 'ominix-tiny-pocket-tts' (random weights, for testing), "
+    "or a real pocket_tts or Qwen3-TTS Base model"
+)
 
 
 @dataclass
@@ -107,9 +113,11 @@ class TTSEngine(EngineThread):
             raise invalid_request(f"Model '{self.model_id}' ({self.model_type}) does not support 'instruct'", "instruct")
         if job.ref_audio is not None and not caps.clone:
             raise invalid_request(
-                f"Model '{self.model_id}' ({self.model_type}) cannot clone a voice from reference audio",
-                "reference_audio",
+                f"Model '{self.model_id}' ({self.model_type}) cannot clone a voice from reference audio; "
+                f"{CLONING_MODELS}", "reference_audio",
             )
+        if self.model_type == "kokoro":
+            model_hooks.check_kokoro_language(self.model_id, job.language)
 
     async def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
         """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
@@ -143,9 +151,11 @@ class TTSEngine(EngineThread):
         from mlx_audio.tts.utils import load_model
 
         t0 = time.perf_counter()
+        model_hooks.before_load(self.model_dir)
         self._model = load_model(self.model_dir)
         self.sample_rate = int(self._model.sample_rate)
-        self.model_type = getattr(self._model, "model_type", "") or ""
+        self.model_type = getattr(self._model, "model_type", "") or model_hooks.model_type(self.model_dir)
+        model_hooks.after_load(self._model, self.model_type)
         self.capabilities = Capabilities.of(self._model)
         self.presets = find_presets(self.model_dir)
         logger.info(
@@ -188,6 +198,8 @@ class TTSEngine(EngineThread):
             kwargs["speed"] = job.speed
         if caps.language and job.language:
             kwargs["lang_code"] = job.language
+        if self.model_type == "kokoro":
+            kwargs["lang_code"] = model_hooks.kokoro_lang_code(job.language, job.preset)
         if caps.instruct and job.instruct:
             kwargs["instruct"] = job.instruct
         return kwargs

@@ -13,7 +13,7 @@ def shipped():
 
 def test_shipped_config_serves_the_tiny_tts():
     config = GraphArgs.from_args(shipped()["args"], environ={})
-    assert config.catalog()["tts"]["models"] == ["ominix-tiny-pocket-tts"]
+    assert config.catalog()["tts"]["models"] == ["ominix-tiny-pocket-tts", "ominix-kokoro-82m"]
     assert config.tts.voices_config is None and config.tts.voices_dir is None
 
 
@@ -21,7 +21,7 @@ def test_ominix_env_overrides():
     env = {"TTS_MODEL": "mlx-community/Kokoro-82M-bf16", "VOICES_CONFIG": "~/.OminiX/models/voices.json",
            "TTS_VOICES_DIR": "/srv/voices"}
     config = GraphArgs.from_args(shipped()["args"], environ=env)
-    assert config.catalog()["tts"]["models"] == ["mlx-community/Kokoro-82M-bf16"]
+    assert config.catalog()["tts"]["models"] == ["mlx-community/Kokoro-82M-bf16", "ominix-kokoro-82m"]
     assert config.tts.voices_config == "~/.OminiX/models/voices.json"
     assert config.tts.voices_dir == "/srv/voices"
 
