@@ -81,7 +81,7 @@ def test_probabilities_match_onnxruntime(vad, clip):
     ours = vad.probabilities(samples)
     reference = onnxruntime_probabilities(samples)
     assert ours.shape == (-(-len(samples) // 512),)
-    np.testing.assert_allclose(ours, reference, atol=3e-5, rtol=0)
+    np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
 
 
 def test_speech_is_told_from_silence_and_noise(vad):

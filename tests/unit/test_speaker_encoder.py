@@ -31,7 +31,7 @@ SENTENCES = [
     "Please call Stella and ask her to bring these things with her from the store.",
 ]
 # espeak-ng voice variants of one formant synthesizer: male and female ones are told apart
-# (measured 0.58-0.65 across, 0.87-0.93 within), variants of one sex much less (issue 20).
+# (measured 0.55-0.59 across, 0.87-0.93 within), variants of one sex much less (issue 20).
 MALE, FEMALE = "en-us+m3", "en+f4"
 
 
