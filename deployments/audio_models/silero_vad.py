@@ -14,7 +14,7 @@ seconds of audio cost milliseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import mlx.core as mx
@@ -70,14 +70,26 @@ def conv(weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(weight.transpose(0, 2, 1))
 
 
-def windows(samples: np.ndarray) -> np.ndarray:
+def windows(samples: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
     """[n_windows, CONTEXT + WINDOW]: each 512-sample window with the 64 samples before it
-    (zeros before the start; the last window zero-padded), as silero-vad frames its input."""
+    (`context`, or zeros, before the start; the last window zero-padded), as silero-vad frames
+    its input."""
     n = -(-len(samples) // WINDOW)
     padded = np.zeros(CONTEXT + n * WINDOW, dtype=np.float32)
+    if context is not None:
+        padded[:CONTEXT] = context
     padded[CONTEXT : CONTEXT + len(samples)] = samples
     starts = np.arange(n) * WINDOW
     return padded[starts[:, None] + np.arange(CONTEXT + WINDOW)]
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """What `SileroVAD.feed` carries from one chunk of a stream to the next (16 kHz samples)."""
+
+    context: np.ndarray = field(default_factory=lambda: np.zeros(CONTEXT, np.float32))
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # < one window
+    lstm: tuple | None = None  # (hidden, cell) after the last window
 
 
 class SileroVAD:
@@ -95,10 +107,27 @@ class SileroVAD:
             samples = resample(samples, rate, RATE)
         if len(samples) == 0:
             return np.zeros(0, dtype=np.float32)
-        features = self._encode(mx.array(windows(samples)))  # [n, 1, 128]: one step per window
-        hidden, _ = self.branch.lstm(features.reshape(1, -1, features.shape[-1]))
+        probs, _ = self._run(windows(samples), None)
+        return probs
+
+    def feed(self, samples: np.ndarray, state: StreamState | None = None) -> tuple[np.ndarray, StreamState]:
+        """Probabilities of the whole windows that 16 kHz `samples` complete in a stream, and the
+        state for the next call: fed in pieces of any size, a stream gets the probabilities that
+        `probabilities` gives for the whole of it (but for its last, partial window)."""
+        state = state or StreamState()
+        buffer = np.concatenate([state.pending, np.asarray(samples, dtype=np.float32)])
+        whole = len(buffer) // WINDOW * WINDOW
+        if whole == 0:
+            return np.zeros(0, dtype=np.float32), replace(state, pending=buffer)
+        probs, lstm = self._run(windows(buffer[:whole], state.context), state.lstm)
+        return probs, StreamState(buffer[whole - CONTEXT : whole], buffer[whole:], lstm)
+
+    def _run(self, batch: np.ndarray, lstm: tuple | None) -> tuple[np.ndarray, tuple]:
+        """Probabilities of a batch of framed windows, starting from LSTM state `lstm`."""
+        features = self._encode(mx.array(batch))  # [n, 1, 128]: one step per window
+        hidden, cell = self.branch.lstm(features.reshape(1, -1, features.shape[-1]), *(lstm or ()))
         probs = mx.sigmoid(self.branch.final_conv(nn.relu(hidden)))
-        return np.array(probs, dtype=np.float32).reshape(-1)
+        return np.array(probs, dtype=np.float32).reshape(-1), (hidden[:, -1], cell[:, -1])
 
     def _encode(self, x: mx.array) -> mx.array:
         """SileroVADBranch's layers before the LSTM, over a batch of windows."""

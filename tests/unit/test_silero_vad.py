@@ -173,3 +173,18 @@ def test_spans_follow_the_packages_rule(seed, min_speech_ms, min_silence_ms, pad
 def test_missing_package_names_it():
     with pytest.raises(ModelUnavailable, match="no-such-weights"):
         package_file("no-such-weights", "model.onnx")
+
+
+def test_a_stream_fed_in_pieces_gets_the_whole_clips_probabilities(vad, dialogue):
+    samples, _ = dialogue
+    whole = vad.probabilities(samples)
+    rng, state, got, pos = np.random.default_rng(1), None, [], 0
+    while pos < len(samples):
+        size = int(rng.integers(1, 4000))  # pieces smaller and larger than a window
+        probs, state = vad.feed(samples[pos : pos + size], state)
+        got.append(probs)
+        pos += size
+    streamed = np.concatenate(got)
+    assert len(streamed) == len(samples) // 512  # the last, partial window is still pending
+    assert len(state.pending) == len(samples) % 512
+    np.testing.assert_allclose(streamed, whole[: len(streamed)], atol=1e-5)
