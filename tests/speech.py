@@ -12,12 +12,13 @@ import numpy as np
 import soundfile as sf
 
 
-def speak(text: str, rate: int = 16000) -> np.ndarray:
-    """`text` spoken by espeak-ng, as mono float32 at `rate` Hz."""
+def speak(text: str, rate: int = 16000, voice: str | None = None) -> np.ndarray:
+    """`text` spoken by espeak-ng (in `voice`, e.g. "en-us+m3", "en+f4"), as mono float32 at `rate` Hz."""
     from deployments.audio.decode import decode_audio
 
     assert shutil.which("espeak-ng"), "espeak-ng is required (apt-get install espeak-ng; see .ci/run)"
-    wav = subprocess.run(["espeak-ng", "--stdout", text], check=True, capture_output=True).stdout
+    args = ["espeak-ng", "--stdout", *(["-v", voice] if voice else []), text]
+    wav = subprocess.run(args, check=True, capture_output=True).stdout
     return decode_audio(wav, rate)
 
 

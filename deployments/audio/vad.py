@@ -66,9 +66,16 @@ def speech_regions(samples: np.ndarray, rate: int, config: VADConfig = VADConfig
 
 def split_for_decoding(samples: np.ndarray, rate: int, config: VADConfig = VADConfig()) -> list[Chunk]:
     """Chunks of at most `max_chunk_s` that together cover every speech region."""
+    return pack_for_decoding(samples, speech_regions(samples, rate, config), rate, config)
+
+
+def pack_for_decoding(
+    samples: np.ndarray, regions: list[Chunk], rate: int, config: VADConfig = VADConfig()
+) -> list[Chunk]:
+    """Speech regions (of any VAD) as chunks of at most `max_chunk_s` that cover them all."""
     max_len = int(config.max_chunk_s * rate)
     pieces: list[Chunk] = []
-    for region in speech_regions(samples, rate, config):
+    for region in regions:
         pieces.extend(_cut_long(samples, region, rate, max_len, config))
     chunks: list[Chunk] = []
     for piece in pieces:
@@ -94,3 +101,59 @@ def _cut_long(samples: np.ndarray, region: Chunk, rate: int, max_len: int, confi
         start = cut
     out.append(Chunk(start, region.end))
     return out
+
+
+def spans_from_probabilities(
+    probs: np.ndarray,
+    n_samples: int,
+    frame_len: int,
+    rate: int,
+    threshold: float = 0.5,
+    neg_threshold: float | None = None,
+    min_speech_s: float = 0.25,
+    min_silence_s: float = 0.1,
+    pad_s: float = 0.03,
+) -> list[Chunk]:
+    """Speech spans from per-frame speech probabilities (frame i covers samples i*frame_len...).
+
+    The rule of silero-vad's `get_speech_timestamps` (without its max-duration cut; long spans
+    are cut by `pack_for_decoding`): speech starts at a frame >= `threshold`, ends once frames
+    stay below `neg_threshold` (hysteresis, default threshold - 0.15) for `min_silence_s`;
+    spans not longer than `min_speech_s` are dropped; each span is padded by `pad_s`, and where
+    two spans are closer than two pads the gap is split between them so they never overlap.
+    """
+    neg = max(threshold - 0.15, 0.01) if neg_threshold is None else neg_threshold
+    min_speech, min_silence = rate * min_speech_s, rate * min_silence_s
+    spans: list[list[int]] = []
+    start = None
+    silence_from = 0
+    for i, p in enumerate(np.asarray(probs, dtype=np.float64)):
+        pos = i * frame_len
+        if p >= threshold:
+            silence_from = 0
+            if start is None:
+                start = pos
+        elif p < neg and start is not None:
+            silence_from = silence_from or pos
+            if pos - silence_from >= min_silence:
+                if silence_from - start > min_speech:
+                    spans.append([start, silence_from])
+                start, silence_from = None, 0
+    if start is not None and n_samples - start > min_speech:
+        spans.append([start, n_samples])
+    return _pad_spans(spans, int(rate * pad_s), n_samples)
+
+
+def _pad_spans(spans: list[list[int]], pad: int, n_samples: int) -> list[Chunk]:
+    """Pad each span by `pad`; a gap narrower than two pads is shared out half and half."""
+    for i, span in enumerate(spans):
+        if i == 0:
+            span[0] = max(0, span[0] - pad)
+        if i + 1 < len(spans):
+            gap = spans[i + 1][0] - span[1]
+            grow = gap // 2 if gap < 2 * pad else pad
+            span[1] += grow
+            spans[i + 1][0] = max(0, spans[i + 1][0] - grow)
+        else:
+            span[1] = min(n_samples, span[1] + pad)
+    return [Chunk(s, e) for s, e in spans]
