@@ -8,7 +8,6 @@ from typing import Any
 
 from deployments.asr.transcript import Segment, Transcript
 
-RESPONSE_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 CONTENT_TYPES = {
     "json": "application/json",
     "verbose_json": "application/json",
