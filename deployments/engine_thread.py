@@ -31,9 +31,10 @@ import gc
 import logging
 import queue
 import threading
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Generic, Optional, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Optional, Protocol, TypeVar, runtime_checkable
 
 from deployments.protocol.errors import APIError
 
@@ -225,9 +226,7 @@ class EngineThread(Generic[M]):
         self._put(message)
         return reply.future
 
-    async def stream(
-        self, message: M, merge: Optional[Callable[[list[T]], T]] = None
-    ) -> AsyncIterator[T]:
+    async def stream(self, message: M, merge: Optional[Callable[[list[T]], T]] = None) -> AsyncIterator[T]:
         """Queue `message` and yield what the engine thread sends for it. With `merge`, items
         that piled up while the consumer was busy come as one, `merge(items)`. Leaving the loop
         early (or being cancelled) sets `message.cancelled`."""
@@ -326,8 +325,9 @@ class EngineThread(Generic[M]):
                 result = self._handle(message)
             except Exception as e:  # one bad message must not kill the thread
                 if not isinstance(e, APIError):
-                    logger.exception("%s engine for %s: %s failed", self.kind.upper(), self.model_id,
-                                     type(message).__name__)
+                    logger.exception(
+                        "%s engine for %s: %s failed", self.kind.upper(), self.model_id, type(message).__name__
+                    )
                 self._fail(message, e)
             else:
                 self._finish(message, result)

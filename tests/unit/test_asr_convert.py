@@ -13,8 +13,8 @@ import pytest
 
 from deployments.asr.convert import (
     SUPPORTED_BINARY_VERSION,
-    CT2Model,
     ConversionError,
+    CT2Model,
     convert_ct2_whisper,
     map_whisper_weights,
     read_ct2_model,

@@ -244,6 +244,7 @@ async def test_work_abandoned_while_queued_never_runs(tmp_path):
 async def test_an_answer_for_a_closed_event_loop_does_not_kill_the_thread(tmp_path):
     engine = await EchoEngine.start("m", tmp_path)
     try:
+
         def submit_and_leave():
             async def leave():
                 engine.submit(Echo("nobody waits"))  # its loop closes before the answer
