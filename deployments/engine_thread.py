@@ -34,7 +34,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Optional, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Optional, Protocol, Self, TypeVar, runtime_checkable
 
 from deployments.protocol.errors import APIError
 
@@ -57,6 +57,11 @@ class SlotEngine(Protocol):
 
     model_id: str
     stats: Any  # the engine's counters, written by its thread
+
+    @classmethod
+    async def start(cls, model_id: str, model_dir: Path, *args: Any, **kwargs: Any) -> Self:
+        """Build the engine; returns once its thread has loaded the model (or raises why not)."""
+        ...
 
     @property
     def closed(self) -> bool: ...
@@ -201,7 +206,7 @@ class EngineThread(Generic[M]):
         self._put_lock = threading.Lock()  # orders a put against the loop's end and final drain
 
     @classmethod
-    async def start(cls, *args: Any, **kwargs: Any):
+    async def start(cls, *args: Any, **kwargs: Any) -> Self:
         """Construct the engine and wait (off the event loop) until its thread has loaded the model."""
         engine = cls(*args, **kwargs)
         engine._thread.start()

@@ -104,3 +104,11 @@ async def test_a_slow_consumer_gets_the_same_text_in_fewer_chunks(engine):
     assert len(chunks) == 2  # the first delta, then everything else merged into one
     assert "".join(c.content for c in chunks) == fast
     assert chunks[-1].finish_reason == "length" and chunks[-1].usage.completion_tokens == 40
+
+
+def test_is_a_slot_engine_and_healthy(engine):
+    from deployments.engine_thread import SlotEngine
+
+    assert isinstance(engine, SlotEngine)
+    engine.check_health()
+    assert not engine.closed and engine.pending() == 0

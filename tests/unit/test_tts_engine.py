@@ -96,3 +96,11 @@ async def test_a_slow_consumer_gets_the_same_audio_in_fewer_chunks(engine):
         await asyncio.sleep(0.1)  # its last chunk is counted just before it is sent
     assert len(slow) == 2 < len(fast)  # the first chunk, then everything else merged into one
     assert np.array_equal(np.concatenate(slow), np.concatenate(fast))
+
+
+def test_is_a_slot_engine_and_healthy(engine):
+    from deployments.engine_thread import SlotEngine
+
+    assert isinstance(engine, SlotEngine)
+    engine.check_health()
+    assert not engine.closed and engine.pending() == 0
