@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 MiB = 1024 * 1024
 
 # (path prefix, max body bytes, timeout seconds or None). First match wins; values follow
-# OminiX-API's body caps and handler timeouts where it has them.
+# OminiX-API (section 1.4/1.5 of the behaviour spec) where it has them.
 DEFAULT_ROUTE_POLICIES: list[tuple[str, int, Optional[float]]] = [
     ("/v1/chat/completions", 20 * MiB, 300.0),
     ("/v1/completions", 20 * MiB, 300.0),

@@ -25,7 +25,7 @@ async def _loaded(state: IngressState) -> dict[str, set[str]]:
 
 
 async def all_cards(state: IngressState) -> list[ModelCard]:
-    # CUDA-routed ids first, and only while their worker is ready (OminiX-API's order).
+    # CUDA-routed ids first, and only while their worker is ready (spec 3.4).
     return [*await cuda_model_cards(state), *state.catalog.cards(await _loaded(state))]
 
 
