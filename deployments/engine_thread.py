@@ -1,11 +1,25 @@
-"""The base of every slot engine: one MLX model owned by one thread.
+"""The base of every slot engine: one MLX model owned by one thread, and the one bridge between
+that thread and the replica's asyncio loop.
 
-MLX work for a model runs on a single thread: that thread loads the model, serves the work the
-replica's asyncio loop puts in its inbox, and on shutdown drops the model and clears MLX's
-cache so an unload or an eviction really frees memory. A slot engine (LLM, ASR, TTS, image)
-subclasses this and supplies `_load`, `_serve` (its loop over the inbox until `STOP`),
-`_release` and `_fail_queued`; the asyncio side gets `start`, `shutdown`, `closed`,
-`thread_died` and `_ensure_open` from here.
+MLX work for a model runs on a single thread: that thread loads the model, serves the messages
+the replica's asyncio loop puts in its inbox, and on shutdown drops the model and clears MLX's
+cache so an unload or an eviction really frees memory.
+
+The asyncio side talks to the thread in one way only: it builds a `Message` (a dataclass of the
+engine's own) and hands it over with
+
+- `submit(message)`: an `asyncio.Future` for the one answer (ASR batches, image jobs), or
+- `stream(message, merge)`: an async iterator over what the engine thread sends (LLM deltas,
+  TTS audio). When the producer gets ahead of the consumer, the consumer takes everything
+  pending in one step, combined by `merge` (as vLLM's RequestOutputCollector does), instead
+  of one await per item.
+
+Either way an error on the engine thread is raised in the caller, and a caller that leaves
+(cancelled task, closed iterator) sets `message.cancelled`, which the engine thread reads
+between steps to stop the work. Work still queued when the engine stops is answered with a
+503. A slot engine subclasses `EngineThread` and supplies `_load`, `_release` and either
+`_handle` (one message at a time) or `_serve` (its own loop over the inbox, as the LLM's
+continuous batching). `SlotEngine` is what a slot deployment may use on any engine.
 
 No Ray here.
 """
@@ -17,17 +31,165 @@ import gc
 import logging
 import queue
 import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Generic, Optional, Protocol, Self, TypeVar, runtime_checkable
 
 from deployments.protocol.errors import APIError
 
 logger = logging.getLogger(__name__)
 
-STOP = object()  # put in the inbox by shutdown(): the engine loop returns when it takes it
+T = TypeVar("T")
 
 
-class EngineThread:
+class Stop:
+    """The inbox message shutdown() sends: the engine loop returns when it takes it."""
+
+
+STOP = Stop()
+
+
+@runtime_checkable
+class SlotEngine(Protocol):
+    """What a slot deployment (and ReplicaModels) may use on any engine. Each slot's engine adds
+    its own work methods (`generate`, `synthesize`, `transcribe`, ...) on top of the bridge."""
+
+    model_id: str
+    stats: Any  # the engine's counters, written by its thread
+
+    @classmethod
+    async def start(cls, model_id: str, model_dir: Path, *args: Any, **kwargs: Any) -> Self:
+        """Build the engine; returns once its thread has loaded the model (or raises why not)."""
+        ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+    def thread_died(self) -> bool: ...
+
+    def check_health(self) -> None: ...
+
+    def pending(self) -> int: ...
+
+
+# ---------------------------------------------------------------------- messages and replies
+
+
+class _Reply:
+    """The way back from the engine thread to one caller's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass
+
+    def send(self, item: Any) -> None:
+        raise TypeError("send() is for streamed messages; a submitted message gets one answer")
+
+    def finish(self, result: Any) -> None:
+        raise NotImplementedError
+
+    def fail(self, error: BaseException) -> None:
+        raise NotImplementedError
+
+
+class _FutureReply(_Reply):
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        super().__init__(loop)
+        self.future: asyncio.Future = loop.create_future()
+
+    def finish(self, result: Any) -> None:
+        self._call(self._settle, result, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._call(self._settle, None, error)
+
+    def _settle(self, result: Any, error: Optional[BaseException]) -> None:
+        if self.future.done():  # cancelled by the caller, or answered already
+            return
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(result)
+
+
+class _Collector(_Reply):
+    """A stream's items on the caller's loop, waiting to be taken (all at once)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        super().__init__(loop)
+        self._items: list[Any] = []
+        self._error: Optional[BaseException] = None
+        self._ready = asyncio.Event()
+        self.closed = False  # the engine thread sent its last item (or its error)
+
+    def send(self, item: Any) -> None:
+        self._call(self._put, item)
+
+    def finish(self, result: Any) -> None:
+        self._call(self._close, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._call(self._close, error)
+
+    def _put(self, item: Any) -> None:
+        if not self.closed:
+            self._items.append(item)
+            self._ready.set()
+
+    def _close(self, error: Optional[BaseException]) -> None:
+        if not self.closed:
+            self.closed, self._error = True, error
+            self._ready.set()
+
+    async def take(self) -> list[Any]:
+        """Every item pending (waiting for one if none is); [] once the stream has ended.
+        Items sent before an error are handed out before the error is raised."""
+        while not self._items and not self.closed:
+            self._ready.clear()
+            await self._ready.wait()
+        if self._items:
+            items, self._items = self._items, []
+            return items
+        if self._error is not None:
+            raise self._error
+        return []
+
+
+@dataclass(eq=False)
+class Message:
+    """Base of an engine's inbox messages: the engine's own fields, plus `cancelled`, which
+    the engine thread reads between steps: it is set when the caller left (or an operator
+    aborts). The bridge attaches the way back to the caller; the engine thread answers
+    through EngineThread's `_send`, `_finish` and `_fail` (so no field name can shadow them)."""
+
+    cancelled: bool = field(default=False, init=False, repr=False)
+    _reply: Optional[_Reply] = field(default=None, init=False, repr=False)
+
+    def _attach(self, reply: _Reply) -> None:
+        if self._reply is not None:
+            raise RuntimeError(f"{type(self).__name__} was already handed to an engine")
+        self._reply = reply
+
+
+M = TypeVar("M", bound=Message)
+
+
+def unloaded(model_id: str) -> APIError:
+    return APIError(503, f"Model '{model_id}' was unloaded", "service_unavailable")
+
+
+# ---------------------------------------------------------------------- the engine
+
+
+class EngineThread(Generic[M]):
     """Create with `await Engine.start(...)`, release with `shutdown()`."""
 
     kind = "mlx"  # names the thread and the log lines: llm, asr, tts, image
@@ -35,14 +197,16 @@ class EngineThread:
     def __init__(self, model_id: str, model_dir: Path):
         self.model_id = model_id
         self.model_dir = Path(model_dir)
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[M | Stop] = queue.SimpleQueue()
         self._loaded = threading.Event()
         self._load_error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name=f"mlx-{self.kind}:{model_id}", daemon=True)
         self._closed = False
+        self._stopped = False  # the engine loop has ended: nothing put in the inbox is served
+        self._put_lock = threading.Lock()  # orders a put against the loop's end and final drain
 
     @classmethod
-    async def start(cls, *args: Any, **kwargs: Any):
+    async def start(cls, *args: Any, **kwargs: Any) -> Self:
         """Construct the engine and wait (off the event loop) until its thread has loaded the model."""
         engine = cls(*args, **kwargs)
         engine._thread.start()
@@ -53,9 +217,46 @@ class EngineThread:
 
     # ------------------------------------------------------------------ asyncio side
 
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+    def submit(self, message: M) -> asyncio.Future:
+        """Queue `message`; the future gets the engine thread's answer (or its error).
+        Cancelling the future (or the task awaiting it) sets `message.cancelled`."""
+        reply = _FutureReply(asyncio.get_running_loop())
+        message._attach(reply)
+
+        def on_done(future: asyncio.Future) -> None:
+            if future.cancelled():
+                message.cancelled = True
+
+        reply.future.add_done_callback(on_done)
+        self._put(message)
+        return reply.future
+
+    async def stream(self, message: M, merge: Optional[Callable[[list[T]], T]] = None) -> AsyncIterator[T]:
+        """Queue `message` and yield what the engine thread sends for it. With `merge`, items
+        that piled up while the consumer was busy come as one, `merge(items)`. Leaving the loop
+        early (or being cancelled) sets `message.cancelled`."""
+        collector = _Collector(asyncio.get_running_loop())
+        message._attach(collector)
+        self._put(message)
+        try:
+            while items := await collector.take():
+                if merge is None:
+                    for item in items:
+                        yield item
+                else:
+                    yield items[0] if len(items) == 1 else merge(items)
+        finally:
+            if not collector.closed:
+                message.cancelled = True
+
+    def _put(self, message: M) -> None:
+        """Queue a message, or raise a 503 at once if the engine will never serve it."""
+        with self._put_lock:
+            if self._closed:
+                raise APIError(503, f"Model '{self.model_id}' is unloading", "service_unavailable")
+            if self._stopped:
+                raise APIError(503, f"The engine for model '{self.model_id}' has stopped", "service_unavailable")
+            self._inbox.put(message)
 
     def shutdown(self) -> None:
         """Stop the thread and free the model's memory. Safe to call more than once."""
@@ -72,6 +273,11 @@ class EngineThread:
 
     def thread_died(self) -> bool:
         return not self._closed and not self._thread.is_alive()
+
+    def check_health(self) -> None:
+        """Raise if the engine thread died: its replica cannot serve this model any more."""
+        if self.thread_died():
+            raise RuntimeError(f"{self.kind} engine thread for {self.model_id} died")
 
     def pending(self) -> int:
         return self._inbox.qsize()
@@ -94,6 +300,8 @@ class EngineThread:
         try:
             self._serve()
         finally:
+            with self._put_lock:
+                self._stopped = True
             self._fail_remaining()
             self._release()
             gc.collect()
@@ -102,25 +310,55 @@ class EngineThread:
 
     def _fail_remaining(self) -> None:
         """Work still queued when the engine stops gets a 503 instead of waiting forever."""
-        unloaded = APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable")
+        error = unloaded(self.model_id)
         while True:
             try:
-                item = self._inbox.get_nowait()
+                message = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if item is not STOP:
-                self._fail_queued(item, unloaded)
-
-    def _load(self) -> None:
-        raise NotImplementedError
+            if message is not STOP:
+                self._fail(message, error)
 
     def _serve(self) -> None:
-        """Take work from `self._inbox` until `STOP`."""
+        """Take messages from the inbox until `STOP`, one at a time: a message the caller
+        abandoned while it waited is skipped; `_handle`'s return value answers it, and what it
+        raises is raised in the caller (the thread goes on serving)."""
+        while (message := self._inbox.get()) is not STOP:
+            if message.cancelled:
+                continue
+            try:
+                result = self._handle(message)
+            except Exception as e:  # one bad message must not kill the thread
+                if not isinstance(e, APIError):
+                    logger.exception(
+                        "%s engine for %s: %s failed", self.kind.upper(), self.model_id, type(message).__name__
+                    )
+                self._fail(message, e)
+            else:
+                self._finish(message, result)
+
+    @staticmethod
+    def _send(message: M, item: Any) -> None:
+        """One item of a streamed answer."""
+        message._reply.send(item)
+
+    @staticmethod
+    def _finish(message: M, result: Any = None) -> None:
+        """The answer of a submitted message; the end of a streamed one."""
+        message._reply.finish(result)
+
+    @staticmethod
+    def _fail(message: M, error: BaseException) -> None:
+        """Raise `error` in the caller."""
+        message._reply.fail(error)
+
+    def _handle(self, message: M) -> Any:
+        """Do one message's work (sending its items, for a stream); return its answer."""
+        raise NotImplementedError
+
+    def _load(self) -> None:
         raise NotImplementedError
 
     def _release(self) -> None:
         """Drop every reference to the model's arrays (the cache is cleared afterwards)."""
         self._model = None
-
-    def _fail_queued(self, item: Any, error: APIError) -> None:
-        """Answer one item that was queued but never served."""

@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 
 # CTranslate2 dtype ids -> numpy dtypes (bfloat16 has no numpy type; it is widened on read).
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: "bfloat16"}
-_CT2_DTYPE_IDS = {np.dtype(v): k for k, v in _CT2_DTYPES.items() if v != "bfloat16"}
 SUPPORTED_BINARY_VERSION = 6
 
 
@@ -104,29 +103,6 @@ def _to_array(raw: bytes, dtype, shape: tuple[int, ...]) -> np.ndarray:
         halves = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
         return halves.view(np.float32).reshape(shape)
     return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape).copy()
-
-
-def write_ct2_model(path: Path, model: CT2Model) -> None:
-    """Write a CTranslate2 binary model; the inverse of `read_ct2_model` (used by tests)."""
-
-    def put_str(f: BinaryIO, s: str) -> None:
-        raw = s.encode("utf-8") + b"\0"
-        f.write(struct.pack("<H", len(raw)) + raw)
-
-    with open(path, "wb") as f:
-        f.write(struct.pack("<I", SUPPORTED_BINARY_VERSION))
-        put_str(f, model.spec)
-        f.write(struct.pack("<II", model.revision, len(model.variables)))
-        for name, value in model.variables.items():
-            put_str(f, name)
-            f.write(struct.pack(f"<B{value.ndim}I", value.ndim, *value.shape))
-            raw = np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")).tobytes()
-            f.write(struct.pack("<BI", _CT2_DTYPE_IDS[value.dtype], len(raw)))
-            f.write(raw)
-        f.write(struct.pack("<I", len(model.aliases)))
-        for alias, target in model.aliases.items():
-            put_str(f, alias)
-            put_str(f, target)
 
 
 # ---------------------------------------------------------------------------- name mapping

@@ -12,21 +12,20 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Hashable, Optional
 
 import numpy as np
 
 from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
 from deployments.audio.vad import Chunk, VADConfig, split_for_decoding
-from deployments.engine_thread import STOP, EngineThread
-from deployments.protocol.errors import APIError, invalid_request
+from deployments.engine_thread import EngineThread, Message
+from deployments.protocol.errors import invalid_request
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +51,13 @@ class EngineConfig:
     max_windows_per_pass: int = 32  # bounds the memory of one forward pass
 
 
+@dataclass(eq=False)
+class TranscriptionJob(Message):
+    """The engine thread's unit of work: audios that share options, decoded together."""
+
+    audios: list[np.ndarray]
+    options: TranscribeOptions
+
 
 def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     """Indices of a batch grouped by key (model, options), in arrival order: requests with
@@ -62,7 +68,7 @@ def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     return list(groups.values())
 
 
-class ASREngine(EngineThread):
+class ASREngine(EngineThread[TranscriptionJob]):
     """Owns one model. Create with `await ASREngine.start(model_id, model_dir, config)`."""
 
     kind = "asr"
@@ -94,31 +100,12 @@ class ASREngine(EngineThread):
 
     async def transcribe(self, audios: list[np.ndarray], options: TranscribeOptions) -> list[Transcript]:
         """Transcribe mono float32 audios at `sample_rate`, together, on the engine thread."""
-        return await self._submit(lambda: self._transcribe(audios, options))
-
-    async def _submit(self, work: Callable[[], Any]) -> Any:
-        self._ensure_open()
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._inbox.put((work, future, loop))
-        return await future
+        return await self.submit(TranscriptionJob(audios, options))
 
     # ------------------------------------------------------------------ engine thread
 
-    def _serve(self) -> None:
-        while (item := self._inbox.get()) is not STOP:
-            work, future, loop = item
-            try:
-                result, error = work(), None
-            except BaseException as e:  # one bad batch must not kill the thread
-                if not isinstance(e, APIError):
-                    logger.exception("Transcription failed")
-                result, error = None, e
-            loop.call_soon_threadsafe(_resolve, future, result, error)
-
-    def _fail_queued(self, item: Any, error: APIError) -> None:
-        _, future, loop = item
-        loop.call_soon_threadsafe(_resolve, future, None, error)
+    def _handle(self, message: TranscriptionJob) -> list[Transcript]:
+        return self._transcribe(message.audios, message.options)
 
     def _load(self) -> None:
         from mlx_audio.stt.utils import load_model
@@ -267,11 +254,3 @@ class ASREngine(EngineThread):
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         return {k: v for k, v in wanted.items() if v is not None and (k in params or takes_any)}
 
-
-def _resolve(future: asyncio.Future, result: Any, error: Optional[BaseException]) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)

@@ -14,7 +14,6 @@ from deployments.protocol.transcription import (
     VerboseTranscription,
 )
 
-RESPONSE_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 CONTENT_TYPES = {
     "json": "application/json",
     "verbose_json": "application/json",

@@ -3,7 +3,7 @@
 Every slot (LLM, ASR, TTS, image) keeps its engines the same way: requests that name a model
 are routed by Serve's multiplexing to replicas that already hold it, a request that names none
 gets the slot's default (set by the control plane), and an operator's unload drops them all.
-An engine is anything with `model_id`, `closed`, `shutdown()` and `thread_died()`.
+An engine is a `SlotEngine` (deployments/engine_thread.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Awaitable, Callable, Generic, Optional, Sequence, TypeVar
 from ray import serve
 
 from deployments.control.policy import check_model_allowed
+from deployments.engine_thread import SlotEngine
 from deployments.protocol.errors import APIError, unavailable
 from deployments.ray_internals import multiplex_wrapper
 
-Engine = TypeVar("Engine")
+Engine = TypeVar("Engine", bound=SlotEngine)
 
 
 class ReplicaModels(Generic[Engine]):
@@ -72,5 +73,4 @@ class ReplicaModels(Generic[Engine]):
     def check_health(self) -> None:
         """Raise if an engine thread died: the replica cannot serve and Serve must replace it."""
         for engine in list(self._engines):
-            if engine.thread_died():
-                raise RuntimeError(f"{self.slot} engine thread for {engine.model_id} died")
+            engine.check_health()

@@ -72,7 +72,7 @@ class ShimClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    # -- readiness (spec 6.3) ------------------------------------------------------------------
+    # -- readiness -----------------------------------------------------------------------------
 
     async def readiness(self) -> dict[str, Any]:
         """The `sglang_cuda` object of /readyz, with a `reason` when the model is not ready."""
@@ -118,7 +118,8 @@ class ShimClient:
                     return response.status_code, None
 
     async def _admit(self, request: CudaChatRequest) -> str:
-        """Checks before any generate call (spec 6.4, then a live probe); the new request id."""
+        """Checks before any generate call (what the worker cannot serve is a 400, then a live
+        readiness probe, as OminiX-API does); the new request id."""
         try:
             check_supported(request)
             status = await self.readiness()
@@ -129,7 +130,7 @@ class ShimClient:
             raise http_error(e) from None
         return new_request_id()
 
-    # -- generation (spec 6.4 - 6.6) -----------------------------------------------------------
+    # -- generation ----------------------------------------------------------------------------
 
     async def complete(self, request: CudaChatRequest) -> ChatCompletionResponse:
         """A non-streaming chat completion; the worker still answers in SSE."""

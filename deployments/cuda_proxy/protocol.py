@@ -78,7 +78,8 @@ class RemoteError(ShimError):
 
 
 def http_error(error: ShimError) -> APIError:
-    """The client's HTTP error for a failure before any response byte was sent (spec 6.6)."""
+    """The client's HTTP error for a failure before any response byte was sent: OminiX-API's
+    mapping (400 unsupported, 504 timed out, 503 not ready or refused, 502 anything else)."""
     status = error.status if isinstance(error, UpstreamStatus) else None
     if isinstance(error, Unsupported) or status in (400, 422):
         return APIError(400, UNSUPPORTED_MESSAGE, UPSTREAM_ERROR)
@@ -200,7 +201,8 @@ def error_detail(body: bytes, limit: int = 512) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Readiness (spec 6.3)
+# Readiness: OminiX-API counts a worker as ready only when /server_info names a production
+# worker-v0 shim and /get_model_info names the configured served model.
 
 
 def production_shim_problem(info: Any) -> Optional[str]:
@@ -235,7 +237,7 @@ def model_problem(info: Any, served_model: str) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker events (spec 6.5)
+# Worker events: the grammar of the shim's SSE stream for one generate request.
 
 
 class WorkerStream:

@@ -1,25 +1,24 @@
 """The image engine: one mflux pipeline and the one thread that owns it.
 
-Requests arrive from the replica's asyncio loop as `ImageJob`s; the engine thread runs them one
-at a time (a diffusion step already uses every core MLX is given; concurrency comes from more
-replicas). A callback registered on the pipeline reports each denoising step: it logs
-progress, updates the job's progress (the slot's stats and GET /metrics show it) and stops a
-job whose client went away. Quantization (POST /v1/models/quantize) runs on the same thread,
-so it never races a generation for MLX.
+Requests arrive from the replica's asyncio loop as `ImageJob`s (EngineThread.submit); the
+engine thread runs them one at a time (a diffusion step already uses every core MLX is given;
+concurrency comes from more replicas). A callback registered on the pipeline reports each
+denoising step: it logs progress, updates the job's progress (the slot's stats and GET
+/metrics show it) and stops a job whose client went away. Quantization (POST
+/v1/models/quantize) runs on the same thread, so it never races a generation for MLX.
 
 No Ray here: the Serve deployment is a thin wrapper around this class.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
-from deployments.engine_thread import STOP, EngineThread
+from deployments.engine_thread import EngineThread, Message, unloaded
 from deployments.image.codec import encode_image
 from deployments.image.families import ImageFamily, img2img_keep
 from deployments.protocol.errors import APIError, invalid_request, server_error
@@ -31,8 +30,8 @@ class _Cancelled(Exception):
     """Raised inside mflux's denoising loop when the request was abandoned."""
 
 
-@dataclass
-class ImageJob:
+@dataclass(eq=False)
+class ImageJob(Message):
     """One request: n images of one prompt, seeds seed, seed+1, ... Built by the deployment."""
 
     prompt: str
@@ -51,9 +50,6 @@ class ImageJob:
     step: int = 0
     total_steps: int = 0
     started_at: Optional[float] = None
-    cancelled: bool = False
-    loop: Optional[asyncio.AbstractEventLoop] = None
-    future: Optional[asyncio.Future] = None
 
     def progress(self) -> dict[str, Any]:
         return {
@@ -63,14 +59,11 @@ class ImageJob:
         }
 
 
-@dataclass
-class _Call:
-    """Other work for the engine thread (quantization)."""
+@dataclass(eq=False)
+class PipelineCall(Message):
+    """Other work for the engine thread (quantization): `fn(pipeline)`."""
 
-    fn: Callable[[], Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    cancelled: bool = False
+    fn: Callable[[Any], Any]
 
 
 @dataclass
@@ -83,7 +76,7 @@ class EngineStats:
     seconds: float = 0.0
 
 
-class ImageEngine(EngineThread):
+class ImageEngine(EngineThread[Union[ImageJob, PipelineCall]]):
     """Owns one pipeline. Create with `await ImageEngine.start(...)`, release with `shutdown()`."""
 
     kind = "image"
@@ -117,24 +110,11 @@ class ImageEngine(EngineThread):
 
     async def generate(self, job: ImageJob) -> list[bytes]:
         """The job's images, encoded. Cancelling the awaiting task stops the job at its next step."""
-        return await self._submit(job)
+        return await self.submit(job)
 
     async def run(self, fn: Callable[[Any], Any]) -> Any:
         """Run `fn(pipeline)` on the engine thread, between generations."""
-        loop = asyncio.get_running_loop()
-        return await self._submit(_Call(lambda: fn(self._pipeline), loop, loop.create_future()))
-
-    async def _submit(self, item):
-        self._ensure_open()
-        if item.future is None:
-            item.loop = asyncio.get_running_loop()
-            item.future = item.loop.create_future()
-        self._inbox.put(item)
-        try:
-            return await item.future
-        except asyncio.CancelledError:
-            item.cancelled = True  # read by the engine thread at every step
-            raise
+        return await self.submit(PipelineCall(fn))
 
     def progress(self) -> Optional[dict[str, Any]]:
         job = self.current
@@ -151,22 +131,12 @@ class ImageEngine(EngineThread):
 
     # ------------------------------------------------------------------ engine thread
 
-    def _serve(self) -> None:
-        while True:
-            item = self._inbox.get()
-            if item is STOP:
-                return
-            if item.cancelled:
-                continue
-            if self._aborting:
-                _resolve(item, APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
-            elif isinstance(item, ImageJob):
-                self._run_job(item)
-            else:
-                self._run_call(item)
-
-    def _fail_queued(self, item: Any, error: APIError) -> None:
-        _resolve(item, error)
+    def _handle(self, message: Union[ImageJob, PipelineCall]) -> Any:
+        if self._aborting:
+            raise unloaded(self.model_id)
+        if isinstance(message, PipelineCall):
+            return message.fn(self._pipeline)
+        return self._run_job(message)
 
     def _release(self) -> None:
         self._pipeline = None
@@ -183,18 +153,17 @@ class ImageEngine(EngineThread):
             f"{self.bits}-bit" if self.bits else "unquantized", self.model_dir, time.perf_counter() - t0,
         )
 
-    def _run_job(self, job: ImageJob) -> None:
+    def _run_job(self, job: ImageJob) -> list[bytes]:
         self.stats.requests += 1
         self.current, job.started_at = job, time.time()
         try:
-            outcome = self._generate(job)
+            return self._generate(job)
         finally:
             # cleared before the answer is sent: the caller may ask for progress at once
             self.current = None
-        _resolve(job, outcome)
 
-    def _generate(self, job: ImageJob) -> Any:
-        """The job's encoded images, or the APIError to answer with."""
+    def _generate(self, job: ImageJob) -> list[bytes]:
+        """The job's encoded images; raises the APIError to answer with."""
         t0 = time.perf_counter()
         try:
             images = []
@@ -207,12 +176,12 @@ class ImageEngine(EngineThread):
             self.stats.cancelled += 1
             logger.info("Image %s: request abandoned at image %d step %d", self.model_id, job.image_index + 1, job.step)
             if self._aborting:
-                return APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable")
-            return APIError(499, "The client went away", "cancelled")
+                raise unloaded(self.model_id) from None
+            raise APIError(499, "The client went away", "cancelled") from None
         except Exception as e:  # never let one bad request kill the replica
             logger.exception("Image generation failed")
             self.stats.failed += 1
-            return server_error(f"Image generation failed: {type(e).__name__}: {e}")
+            raise server_error(f"Image generation failed: {type(e).__name__}: {e}") from None
         self.stats.seconds += time.perf_counter() - t0
         logger.info(
             "Image %s: %d image(s) %dx%d, %d steps in %.1fs", self.model_id, len(images),
@@ -233,12 +202,6 @@ class ImageEngine(EngineThread):
             kwargs["image_path"] = job.init_image  # mflux accepts a PIL image here too
             kwargs["image_strength"] = img2img_keep(job.strength)
         return kwargs
-
-    def _run_call(self, call: _Call) -> None:
-        try:
-            _resolve(call, call.fn())
-        except Exception as e:
-            _resolve(call, e)
 
     def on_step(self, t: int, config: Any) -> None:
         """Called by mflux after every denoising step (t counts from the img2img start)."""
@@ -270,15 +233,3 @@ class _StepReporter:
         # instead costs nothing extra and makes the reported step one that has really run.
         mx.eval(latents)
         self._engine.on_step(t, config)
-
-
-def _resolve(item, result) -> None:
-    def settle():
-        if item.future.done():
-            return
-        if isinstance(result, BaseException):
-            item.future.set_exception(result)
-        else:
-            item.future.set_result(result)
-
-    item.loop.call_soon_threadsafe(settle)

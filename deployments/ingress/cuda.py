@@ -19,7 +19,7 @@ NOT_CONFIGURED_STATUS = {"configured": False, "models": [], "shim_reachable": Fa
 
 
 class CudaModelCard(ModelCard):
-    """A /v1/models entry for a CUDA-routed id (spec 3.4)."""
+    """A /v1/models entry for a CUDA-routed id, shaped as OminiX-API lists one."""
 
     owned_by: str = "ominix-sglang"
     type: str = "llm"

@@ -2,8 +2,9 @@
 
 Requests arrive from the replica's asyncio loop; the engine thread inserts them into mlx-lm's
 `BatchGenerator`, steps the batch, and hands each sequence's new text back to its request's
-asyncio queue. A sequence joins the running batch as soon as it arrives and leaves it when it
-finishes, hits a stop string, or its client goes away, without waiting for the others.
+stream (EngineThread.stream: deltas that pile up while the consumer is busy come as one). A
+sequence joins the running batch as soon as it arrives and leaves it when it finishes, hits a
+stop string, or its client goes away, without waiting for the others.
 With `batching=False` the same loop decodes one sequence at a time (what a single inference
 thread such as OminiX-API's does), which the benchmarks use as a baseline.
 
@@ -12,16 +13,16 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import queue
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
-from deployments.engine_thread import STOP, EngineThread
+from deployments.engine_thread import STOP, EngineThread, Message, unloaded
 from deployments.llm.output import OutputParser, ParsedText
 from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
 from deployments.llm.prompts import Prompt
@@ -83,33 +84,27 @@ class SamplingParams:
         )
 
 
-@dataclass
-class _Sequence:
-    """One request's life inside the engine."""
+@dataclass(eq=False)
+class _Sequence(Message):
+    """One request's life inside the engine: the inbox message and its decoding state."""
 
     prompt: Prompt
     params: SamplingParams
     tools: Optional[list[dict[str, Any]]]
-    loop: asyncio.AbstractEventLoop
-    outbox: asyncio.Queue
     uid: Optional[int] = None
     parser: Optional[OutputParser] = None
     detokenizer: Any = None
     completion_tokens: int = 0
     made_tool_call: bool = False
-    done: bool = False
     cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
     keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
-
-    def send(self, item: GenerationChunk | BaseException) -> None:
-        self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
 
 
 # How a token left its sequence (see LLMEngine._on_token).
 _RUNNING, _FINISHED, _STOPPED_BY_PARSER = object(), object(), object()
 
 
-class LLMEngine(EngineThread):
+class LLMEngine(EngineThread[_Sequence]):
     """Owns one model. Create with `await LLMEngine.start(model_id, model_dir, config)`."""
 
     kind = "llm"
@@ -153,34 +148,14 @@ class LLMEngine(EngineThread):
             if not 0 <= token < vocab:
                 raise invalid_request(f"logit_bias: token id {token} is not in [0, {vocab})", "logit_bias")
 
-    async def generate(
+    def generate(
         self,
         prompt: Prompt,
         params: SamplingParams,
         tools: Optional[list[dict[str, Any]]] = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Stream the generation; closing the iterator early removes it from the batch."""
-        self._ensure_open()
-        seq = _Sequence(prompt, params, tools, asyncio.get_running_loop(), asyncio.Queue())
-        self._inbox.put(seq)
-        try:
-            while True:
-                chunk = await seq.outbox.get()
-                # Under load several deltas are waiting: send them as one.
-                while isinstance(chunk, GenerationChunk) and not seq.outbox.empty():
-                    nxt = seq.outbox.get_nowait()
-                    if isinstance(nxt, BaseException):
-                        raise nxt
-                    chunk = chunk.merge(nxt)
-                if isinstance(chunk, BaseException):
-                    raise chunk
-                yield chunk
-                if chunk.finish_reason is not None:
-                    return
-        finally:
-            if not seq.done:
-                seq.done = True  # read by the engine thread: drop it from the batch
-                self._inbox.put(("abort", seq))
+        return self.stream(_Sequence(prompt, params, tools), merge=_merge_chunks)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -193,10 +168,6 @@ class LLMEngine(EngineThread):
         self._model = None
         self._batch = None
         self.prefix_cache = None
-
-    def _fail_queued(self, item: Any, error: APIError) -> None:
-        if isinstance(item, _Sequence):
-            item.send(error)
 
     def _load(self) -> None:
         import mlx_lm
@@ -247,8 +218,7 @@ class LLMEngine(EngineThread):
             except Exception as e:  # never let one bad step kill the replica
                 logger.exception("Batch step failed; failing %d sequences", len(active))
                 for seq in active.values():
-                    seq.done = True
-                    seq.send(server_error(f"Generation failed: {e}"))
+                    self._fail(seq, server_error(f"Generation failed: {e}"))
                 active.clear()
                 self._batch = self._new_batch(stream)
                 continue
@@ -274,37 +244,43 @@ class LLMEngine(EngineThread):
             self.stats["generated_tokens"] += len(responses)
 
     def _take_inbox(self, active: dict[int, _Sequence], block: bool) -> bool:
-        """Admit new sequences and apply aborts. False when the engine must stop."""
+        """Admit new sequences and drop abandoned ones. False when the engine must stop."""
         while True:
             try:
-                item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+                seq = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
             except queue.Empty:
-                return True
+                break
             block = False
-            if item is STOP:
-                for seq in active.values():
-                    seq.send(APIError(503, f"Model '{self.model_id}' was unloaded", "service_unavailable"))
+            if seq is STOP:
+                for running in active.values():
+                    self._fail(running, unloaded(self.model_id))
                 return False
-            if isinstance(item, tuple):  # ("abort", seq)
-                seq = item[1]
-                if seq.uid is not None and active.pop(seq.uid, None) is not None:
-                    self._batch.remove([seq.uid])
-                    self.stats["aborted"] += 1
-                    self.stats["running"] = len(active)
-                continue
-            if item.done:  # cancelled before it started
+            if seq.cancelled:  # abandoned before it started
                 continue
             try:
-                self._admit(item)
+                self._admit(seq)
             except APIError as e:
-                item.send(e)
+                self._fail(seq, e)
                 continue
             except Exception as e:
                 logger.exception("Could not start a sequence")
-                item.send(server_error(f"Could not start generation: {e}"))
+                self._fail(seq, server_error(f"Could not start generation: {e}"))
                 continue
-            active[item.uid] = item
+            active[seq.uid] = seq
             self.stats["running"] = len(active)
+        self._drop_cancelled(active)
+        return True
+
+    def _drop_cancelled(self, active: dict[int, _Sequence]) -> None:
+        """Sequences whose client went away leave the batch before the next step."""
+        gone = [uid for uid, seq in active.items() if seq.cancelled]
+        if not gone:
+            return
+        self._batch.remove(gone)
+        for uid in gone:
+            del active[uid]
+        self.stats["aborted"] += len(gone)
+        self.stats["running"] = len(active)
 
     def _admit(self, seq: _Sequence) -> None:
         from mlx_lm.generate import StopSequences
@@ -380,7 +356,7 @@ class LLMEngine(EngineThread):
         if finish_reason is None:
             chunk = self._chunk(seq, parsed)
             if not chunk.is_empty():
-                seq.send(chunk)
+                self._send(seq, chunk)
             return _RUNNING
         tail = seq.parser.finish()
         merged = ParsedText(
@@ -399,8 +375,8 @@ class LLMEngine(EngineThread):
             total_tokens=prompt_tokens + seq.completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=seq.cached_tokens),
         )
-        seq.done = True
-        seq.send(chunk)
+        self._send(seq, chunk)
+        self._finish(seq)
         return _STOPPED_BY_PARSER if parsed.stopped else _FINISHED
 
     def _chunk(self, seq: _Sequence, parsed: ParsedText) -> GenerationChunk:
@@ -413,6 +389,10 @@ class LLMEngine(EngineThread):
             for text in failed:
                 chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
         return chunk
+
+
+def _merge_chunks(chunks: list[GenerationChunk]) -> GenerationChunk:
+    return reduce(GenerationChunk.merge, chunks)
 
 
 def _make_sampler(params: SamplingParams):

@@ -25,7 +25,3 @@ def sse_data(payload: BaseModel | dict[str, Any] | str) -> bytes:
     lines = text.split("\n")
     return ("".join(f"data: {line}\n" for line in lines) + "\n").encode()
 
-
-def sse_comment(text: str) -> bytes:
-    """A comment line: ignored by clients, keeps idle connections alive."""
-    return f": {text}\n\n".encode()

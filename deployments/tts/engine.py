@@ -4,16 +4,16 @@ Requests arrive from the replica's asyncio loop as `SpeechJob`s; the engine thre
 one at a time (a model's decoder keeps streaming state, e.g. pocket_tts's Mimi, so two
 syntheses cannot interleave on one model: concurrency comes from more replicas). Each job's
 text is already split into segments; every segment is generated with `stream=True` where the
-model supports it, and each audio chunk goes back to the request's asyncio queue as soon as
-the model yields it. A job carries its own voice and reference audio: nothing about a voice is
-cached on the engine, so concurrent cloning requests can never mix speakers.
+model supports it, and each audio chunk goes back to the request as soon as the model yields
+it (through EngineThread.stream: chunks that pile up while the consumer is busy come as one).
+A job carries its own voice and reference audio: nothing about a voice is cached on the
+engine, so concurrent cloning requests can never mix speakers.
 
 No Ray here: the Serve deployment is a thin wrapper around this class.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
@@ -23,22 +23,20 @@ from typing import Any, AsyncIterator, Optional
 
 import numpy as np
 
-from deployments.engine_thread import STOP, EngineThread
+from deployments.engine_thread import EngineThread, Message
+from deployments.protocol.errors import invalid_request, server_error
 from deployments.tts import model_hooks
-from deployments.protocol.errors import APIError, invalid_request, server_error
 
 logger = logging.getLogger(__name__)
 
-_END = object()
 # Named in the 400 for reference audio on a model without a speaker encoder (e.g. Kokoro).
 CLONING_MODELS = (
     "models that clone: the built-in 'ominix-tiny-pocket-tts' (random weights, for testing), "
     "or a real pocket_tts or Qwen3-TTS Base model"
 )
 
-
-@dataclass
-class SpeechJob:
+@dataclass(eq=False)
+class SpeechJob(Message):
     """One synthesis: segments of text, a voice, options. Built by the deployment."""
 
     segments: list[str]
@@ -48,12 +46,6 @@ class SpeechJob:
     speed: float = 1.0
     language: Optional[str] = None
     instruct: Optional[str] = None
-    loop: Optional[asyncio.AbstractEventLoop] = None
-    outbox: Optional[asyncio.Queue] = None
-    cancelled: bool = False
-
-    def send(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
 
 
 @dataclass
@@ -88,7 +80,7 @@ class EngineStats:
     failed: int = 0
 
 
-class TTSEngine(EngineThread):
+class TTSEngine(EngineThread[SpeechJob]):
     """Owns one model. Create with `await TTSEngine.start(model_id, model_dir, streaming_interval_s)`."""
 
     kind = "tts"
@@ -119,33 +111,12 @@ class TTSEngine(EngineThread):
         if self.model_type == "kokoro":
             model_hooks.check_kokoro_language(self.model_id, job.language)
 
-    async def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
+    def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
         """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
         Closing the iterator early stops the synthesis after the current chunk."""
-        self._ensure_open()
-        job.loop, job.outbox = asyncio.get_running_loop(), asyncio.Queue()
-        self._inbox.put(job)
-        try:
-            while True:
-                item = await job.outbox.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            job.cancelled = True  # read by the engine thread between chunks
+        return self.stream(job, merge=np.concatenate)
 
     # ------------------------------------------------------------------ engine thread
-
-    def _serve(self) -> None:
-        while (job := self._inbox.get()) is not STOP:
-            if not job.cancelled:
-                self._run_job(job)
-
-    def _fail_queued(self, item: Any, error: APIError) -> None:
-        if isinstance(item, SpeechJob):
-            item.send(error)
 
     def _load(self) -> None:
         from mlx_audio.tts.utils import load_model
@@ -163,7 +134,7 @@ class TTSEngine(EngineThread):
             self.sample_rate, self.presets, self.model_dir, time.perf_counter() - t0,
         )
 
-    def _run_job(self, job: SpeechJob) -> None:
+    def _handle(self, job: SpeechJob) -> None:
         self.stats.jobs += 1
         try:
             for segment in job.segments:
@@ -174,12 +145,11 @@ class TTSEngine(EngineThread):
                     if samples.size:
                         self.stats.chunks += 1
                         self.stats.samples += samples.size
-                        job.send(samples)
-            job.send(_END)
+                        self._send(job, samples)
         except Exception as e:  # never let one bad request kill the replica
             logger.exception("Synthesis failed")
             self.stats.failed += 1
-            job.send(server_error(f"Speech synthesis failed: {type(e).__name__}: {e}"))
+            raise server_error(f"Speech synthesis failed: {type(e).__name__}: {e}") from None
 
     def _generate_kwargs(self, job: SpeechJob) -> dict[str, Any]:
         import mlx.core as mx

@@ -1,5 +1,5 @@
-"""Splitting text into synthesis segments, as OminiX-API does (its section 3.16), shared by
-POST /v1/audio/speech and the WebSocket route.
+"""Splitting text into synthesis segments, as OminiX-API does for all its Qwen3-TTS routes and
+its WebSocket TTS, shared by POST /v1/audio/speech and the WebSocket route.
 
 1. Drop every character that is not alphanumeric, whitespace or allowed punctuation.
 2. Split after CJK sentence punctuation, after ASCII `.!?,;:` when followed by whitespace or

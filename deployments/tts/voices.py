@@ -27,7 +27,6 @@ from typing import Any, Optional
 
 DEFAULT_VOICE_NAMES = ("", "default")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 
 
 class VoiceNotFound(LookupError):

@@ -1,23 +1,54 @@
-"""deployments/asr/convert.py: the CTranslate2 reader/writer, the name mapping into
-mlx-audio's whisper (shapes, dtypes, a tensor round trip) and the real tiny.en conversion."""
+"""deployments/asr/convert.py: the CTranslate2 reader (on files this test writes in the same
+binary format), the name mapping into mlx-audio's whisper (shapes, dtypes, a tensor round
+trip) and the real tiny.en conversion."""
 
 from __future__ import annotations
 
 import json
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from deployments.asr.convert import (
-    CT2Model,
+    SUPPORTED_BINARY_VERSION,
     ConversionError,
+    CT2Model,
     convert_ct2_whisper,
     map_whisper_weights,
     read_ct2_model,
     timestamp_tokens,
     whisper_dimensions,
-    write_ct2_model,
 )
+
+# CTranslate2's DataType ids, as its writer of model.bin numbers them.
+CT2_DTYPE_IDS = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2,
+                 np.dtype(np.int32): 3, np.dtype(np.float16): 4}
+
+
+def write_ct2_model(path: Path, model: CT2Model) -> None:
+    """Write a CTranslate2 binary model (version 6, little-endian), as CTranslate2 does."""
+
+    def put_str(f, s: str) -> None:
+        raw = s.encode("utf-8") + b"\0"
+        f.write(struct.pack("<H", len(raw)) + raw)
+
+    with open(path, "wb") as f:
+        f.write(struct.pack("<I", SUPPORTED_BINARY_VERSION))
+        put_str(f, model.spec)
+        f.write(struct.pack("<II", model.revision, len(model.variables)))
+        for name, value in model.variables.items():
+            put_str(f, name)
+            f.write(struct.pack(f"<B{value.ndim}I", value.ndim, *value.shape))
+            raw = np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")).tobytes()
+            f.write(struct.pack("<BI", CT2_DTYPE_IDS[value.dtype], len(raw)))
+            f.write(raw)
+        f.write(struct.pack("<I", len(model.aliases)))
+        for alias, target in model.aliases.items():
+            put_str(f, alias)
+            put_str(f, target)
+
 
 DIMS = {"n_mels": 80, "n_audio_ctx": 1500, "n_audio_state": 16, "n_audio_head": 2, "n_audio_layer": 2,
         "n_vocab": 51864, "n_text_ctx": 448, "n_text_state": 16, "n_text_head": 2, "n_text_layer": 2}

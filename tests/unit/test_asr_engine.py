@@ -72,3 +72,11 @@ def test_batches_split_by_model_and_options():
     prompted, words = TranscribeOptions(language="en", prompt="Ominix"), TranscribeOptions(word_timestamps=True)
     keys = [("m", en), ("m", fr), ("m", en), ("m", prompted), ("other", en), ("m", words), ("m", TranscribeOptions(language="en"))]
     assert group_by_options(keys) == [[0, 2, 6], [1], [3], [4], [5]]
+
+
+def test_is_a_slot_engine_and_healthy(tiny_engine):
+    from deployments.engine_thread import SlotEngine
+
+    assert isinstance(tiny_engine, SlotEngine)
+    tiny_engine.check_health()
+    assert not tiny_engine.closed and tiny_engine.pending() == 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from typing import get_args
 
 import pytest
 
 from deployments.asr.config import ASRSlotConfig, effective_batching, parse_mode
 from deployments.asr.formats import CONTENT_TYPES, render, timestamp
 from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
+from deployments.protocol.transcription import ResponseFormat
 
 VOCAB = TimestampVocabulary(timestamp_begin=1000, eot=999)
 
@@ -156,3 +158,11 @@ def test_server_files_only_inside_the_configured_directory(tmp_path):
     with pytest.raises(APIError) as info:
         read_server_file(str(root / "a.wav"), str(root), 1e-6)
     assert info.value.status_code == 413
+
+
+@pytest.mark.parametrize("response_format", get_args(ResponseFormat))
+def test_every_format_a_request_may_ask_for_renders(response_format):
+    transcript = Transcript.join([Segment(id=0, start=0.0, end=1.5, text="Hello there.")], "en", 1.5)
+    body, content_type = render(transcript, response_format)
+    assert content_type == CONTENT_TYPES[response_format]
+    assert "Hello there." in (body["text"] if isinstance(body, dict) else body)

@@ -1,4 +1,5 @@
-"""The CUDA route's configuration (spec 6.1): every rule fails start-up naming its variable."""
+"""The CUDA route's configuration (OminiX-API's OMINIX_V0_* rules): every rule fails start-up
+naming its variable."""
 
 import pytest
 

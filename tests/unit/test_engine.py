@@ -89,3 +89,25 @@ async def test_ignore_eos_generates_up_to_max_tokens(engine):
     assert stopped.finish_reason == "stop" and stopped.usage.completion_tokens == 1
     _, kept_going = await complete(engine, "hello", ignore_eos=True, **kw)
     assert kept_going.finish_reason == "length" and kept_going.usage.completion_tokens == 12
+
+
+async def test_a_slow_consumer_gets_the_same_text_in_fewer_chunks(engine):
+    fast, _ = await complete(engine, "The slow reader", max_tokens=40, temperature=0)
+    request = CompletionRequest(prompt="The slow reader", max_tokens=40, temperature=0)
+    prompt = completion_prompt(engine.tokenizer, request)
+    chunks = []
+    async for chunk in engine.generate(prompt, SamplingParams.from_request(request, 40, {})):
+        chunks.append(chunk)
+        while engine.stats["running"]:  # the engine runs ahead to the end (set after its last send)
+            await asyncio.sleep(0.02)
+    assert len(chunks) == 2  # the first delta, then everything else merged into one
+    assert "".join(c.content for c in chunks) == fast
+    assert chunks[-1].finish_reason == "length" and chunks[-1].usage.completion_tokens == 40
+
+
+def test_is_a_slot_engine_and_healthy(engine):
+    from deployments.engine_thread import SlotEngine
+
+    assert isinstance(engine, SlotEngine)
+    engine.check_health()
+    assert not engine.closed and engine.pending() == 0

@@ -117,3 +117,11 @@ async def test_an_unload_aborts_the_running_generation(tiny_image_dir):
     with pytest.raises(APIError) as e:
         await task
     assert e.value.status_code == 503 and engine.stats.cancelled == 1
+
+
+def test_is_a_slot_engine_and_healthy(engine):
+    from deployments.engine_thread import SlotEngine
+
+    assert isinstance(engine, SlotEngine)
+    engine.check_health()
+    assert not engine.closed and engine.pending() == 0

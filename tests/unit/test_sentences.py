@@ -1,4 +1,4 @@
-"""Sentence splitting as OminiX-API's section 3.16."""
+"""Sentence splitting as OminiX-API splits text for its Qwen3-TTS routes and WebSocket TTS."""
 
 import pytest
 

@@ -1,6 +1,8 @@
 """The TTS engine on the built-in tiny pocket_tts, without Ray: loading through mlx-audio,
 presets, capabilities, streaming, per-job voices, option checks."""
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,24 @@ async def test_closing_early_stops_the_job(engine):
     await gen.__anext__()
     await gen.aclose()
     assert await collect(engine, preset="marius")  # the engine moved on
+
+
+async def test_a_slow_consumer_gets_the_same_audio_in_fewer_chunks(engine):
+    fast = await collect(engine, preset="alba")
+    chunks_before = engine.stats.chunks
+    slow = []
+    async for chunk in engine.synthesize(SpeechJob(segments=split_sentences(TEXT), preset="alba")):
+        slow.append(chunk)
+        while engine.stats.chunks - chunks_before < len(fast):  # the engine runs ahead to the end
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # its last chunk is counted just before it is sent
+    assert len(slow) == 2 < len(fast)  # the first chunk, then everything else merged into one
+    assert np.array_equal(np.concatenate(slow), np.concatenate(fast))
+
+
+def test_is_a_slot_engine_and_healthy(engine):
+    from deployments.engine_thread import SlotEngine
+
+    assert isinstance(engine, SlotEngine)
+    engine.check_health()
+    assert not engine.closed and engine.pending() == 0
