@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 import os
 import tempfile
@@ -17,8 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
-# On request: what the remote-CUDA route adds (no model); what the LLM prefix cache saves.
-EXTRA_SCENARIOS = ("cuda_proxy", "prefix")
+# On request: what the remote-CUDA route adds (no model); what the LLM prefix cache saves; the
+# shipped config's replica footprint, its sustained TTS burst and a replica's cold start.
+EXTRA_SCENARIOS = ("cuda_proxy", "prefix", "footprint", "burst", "coldstart")
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
     "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 32, "asr_rounds": 1, "asr_utterances": 1},
@@ -58,11 +60,10 @@ def progress(message: str) -> None:
 
 
 async def _run(opts, argv) -> int:
-    from bench import asr, cuda_proxy, llm, memory, prefix, tts
     from bench.cluster import BenchCluster
     from bench.report import write_result
 
-    modules = {"llm": llm, "asr": asr, "tts": tts, "memory": memory, "cuda_proxy": cuda_proxy, "prefix": prefix}
+    modules = {name: importlib.import_module(f"bench.{name}") for name in opts.scenarios}
     failed = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ominix-bench-") as work, BenchCluster(opts.cache_dir) as cluster:

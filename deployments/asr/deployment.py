@@ -33,6 +33,7 @@ from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import TranscriptionParams
+from deployments.resources import reserve
 
 logger = logging.getLogger("ray.serve")
 
@@ -49,7 +50,7 @@ class _Job:
     samples: np.ndarray
 
 
-@serve.deployment(name="ASR", max_ongoing_requests=64, health_check_period_s=10)
+@serve.deployment(name="ASR", max_ongoing_requests=64, health_check_period_s=10, ray_actor_options=reserve(0.1, 1024))
 class ASRSlot:
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
         self.config = ASRSlotConfig.model_validate(config)

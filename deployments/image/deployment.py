@@ -28,6 +28,7 @@ from deployments.image.engine import ImageEngine, ImageJob
 from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
 from deployments.protocol.errors import invalid_request, unavailable
 from deployments.protocol.images import MAX_SEED, GeneratedImages, ImageParams
+from deployments.resources import reserve
 
 logger = logging.getLogger("ray.serve")
 
@@ -41,7 +42,7 @@ IMAGE_FILE_PATTERNS = [
 
 
 @serve.deployment(
-    name="Image", max_ongoing_requests=8, health_check_period_s=10, ray_actor_options={"num_cpus": 0.5}
+    name="Image", max_ongoing_requests=8, health_check_period_s=10, ray_actor_options=reserve(0.1, 2048)
 )
 class ImageSlot:
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):

@@ -12,13 +12,14 @@ from deployments.ingress.app import create_app
 from deployments.ingress.catalog import ModelCatalog
 from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
+from deployments.resources import reserve
 
 logger = logging.getLogger("ray.serve")
 
 app = create_app()
 
 
-@serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options=reserve(0.1, 256))
 @serve.ingress(app)
 class Ingress:
     def __init__(

@@ -26,6 +26,7 @@ from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
+from deployments.resources import reserve
 
 logger = logging.getLogger("ray.serve")
 
@@ -37,7 +38,7 @@ LLM_FILE_PATTERNS = [
 
 
 @serve.deployment(
-    name="LLM", max_ongoing_requests=64, health_check_period_s=10, ray_actor_options={"num_cpus": 0.5}
+    name="LLM", max_ongoing_requests=64, health_check_period_s=10, ray_actor_options=reserve(0.1, 512)
 )
 class LLMSlot:
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):

@@ -24,6 +24,7 @@ from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
+from deployments.resources import reserve
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
@@ -53,7 +54,7 @@ def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
     return cache_dir / "tts" / "voices.json"
 
 
-@serve.deployment(name="TTS", max_ongoing_requests=4, health_check_period_s=10)
+@serve.deployment(name="TTS", max_ongoing_requests=4, health_check_period_s=10, ray_actor_options=reserve(0.1, 512))
 class TTSSlot:
     async def __init__(self, config: dict, cache_dir: Optional[str] = None, control=None):
         self.config = TTSSlotConfig.model_validate(config)
