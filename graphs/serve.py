@@ -31,7 +31,10 @@ ENV_TO_HTTP_OPTION = {
 # Ray starts every worker process (the proxy, every replica) at nice 15, so that on a shared
 # machine anything outside Ray wins the CPU over the model replicas: an HTTP client on the same
 # box made decoding 8% slower in the benchmark. A model server's replicas are the work.
-RAY_ENV_DEFAULTS = {"RAY_worker_niceness": "0"}
+# Token authentication (a token in ~/.ray/auth_token, generated on first start) keeps other
+# local users off the cluster: Ray 2.60 turns it on for a new local cluster when RAY_AUTH_MODE
+# is unset; said here so it does not rest on that default. `make status` (docs/operating.md).
+RAY_ENV_DEFAULTS = {"RAY_worker_niceness": "0", "RAY_AUTH_MODE": "token"}
 
 
 def ray_env(environ: Mapping[str, str]) -> dict[str, str]:
