@@ -34,7 +34,7 @@ def proc_memory(pid: int) -> dict:
     return {"rss_bytes": fields.get("VmRSS"), "peak_rss_bytes": fields.get("VmHWM")}
 
 
-async def exercise(http: httpx.AsyncClient) -> dict:
+async def exercise(http: httpx.AsyncClient, image_size: dict) -> dict:
     """One request per slot, as a user sends it; the HTTP status of each."""
     from bench.asr import utterance_wavs
 
@@ -43,7 +43,7 @@ async def exercise(http: httpx.AsyncClient) -> dict:
         "LLM": http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 32}),
         "ASR": http.post("/v1/audio/transcriptions", files={"file": ("u.wav", wav, "audio/wav")}),
         "TTS": http.post("/v1/audio/speech", json={"input": "A short sentence to speak.", "response_format": "wav"}),
-        "Image": http.post("/v1/images/generations", json={"prompt": "a red fox", "steps": 2}),
+        "Image": http.post("/v1/images/generations", json={"prompt": "a red fox", "steps": 2, **image_size}),
     }
     codes = {}
     for name, request in requests.items():  # one after another: each peak is its own
@@ -60,7 +60,8 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
         pids = {name: cluster.replica_pids(APP, name) for name in DEPLOYMENTS}
         idle = {name: [proc_memory(pid) for pid in p] for name, p in pids.items()}
         async with httpx.AsyncClient(base_url=url, timeout=600) as http:
-            codes = await exercise(http)
+            # The default size (512x512) unless --smoke: the image peak is its VAE decode.
+            codes = await exercise(http, {"size": "64x64"} if opts.smoke else {})
         await asyncio.sleep(1)
         busy = {name: [proc_memory(pid) for pid in p] for name, p in pids.items()}
     finally:
