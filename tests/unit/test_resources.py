@@ -44,7 +44,8 @@ def test_the_deployments_defaults_match_the_config(name, module, cls):
 
     deployment = getattr(importlib.import_module(module), cls)
     shipped = shipped_app()[1][name]["ray_actor_options"]
-    assert {k: deployment.ray_actor_options.get(k) for k in ("num_cpus", "memory")} == shipped
+    keys = ("num_cpus", "memory")
+    assert {k: deployment.ray_actor_options.get(k) for k in keys} == {k: shipped[k] for k in keys}
 
 
 def test_reserve_is_in_mib():
