@@ -12,7 +12,7 @@ MODEL_FILES := $(shell sed -n 's/^model-files = \[\(.*\)\]/\1/p' pyproject.toml 
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: setup serve test lint bench clean
+.PHONY: setup serve status test lint bench clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,14 @@ $(STAMP): pyproject.toml
 # serve run serve_config.yaml, with OminiX's PORT / OMINIX_API_HOST / OMINIX_TLS_* applied.
 serve: setup
 	$(VENV)/bin/python -m graphs.serve
+
+# From a second terminal: `serve status` and `ray status` of the graph `make serve` (or a plain
+# `serve run serve_config.yaml`) started. Ray 2.60 starts that cluster with token authentication
+# on and keeps the token in ~/.ray/auth_token, but its CLIs only send it when RAY_AUTH_MODE=token
+# is set (docs/operating.md). RAY_DASHBOARD_ADDRESS / RAY_ADDRESS choose another cluster.
+status:
+	RAY_AUTH_MODE=token $(VENV)/bin/serve status
+	RAY_AUTH_MODE=token $(VENV)/bin/ray status
 
 test: setup
 	$(VENV)/bin/python -m pytest

@@ -1,12 +1,9 @@
 """The benchmark harness (`python -m bench`): see docs/performance.md."""
 
-import os
-
-# Every system multiplies with the same BLAS and the same number of BLAS threads: a graph
-# replica gets one (Ray sets OMP_NUM_THREADS=1 for a replica with under one CPU), so the
-# in-process engine and the peer server get one too, unless the caller sets another count.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
+# Every system multiplies with the same BLAS and the same number of BLAS threads: the cores
+# the process may run on, as in a graph replica (deployments/blas.py sets OPENBLAS_NUM_THREADS
+# when it is unset; the Ray cluster, the in-process engine and the peer server inherit it).
+# Set OPENBLAS_NUM_THREADS to compare at another count.
 # Chosen before any benchmark imports mlx (deployments/blas.py); the peer server is given the
 # same library through LD_PRELOAD (deployments.blas.subprocess_env).
 from deployments import blas as _blas  # noqa: E402

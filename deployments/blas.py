@@ -8,8 +8,11 @@ symbol scope before MLX's library loads, the dynamic linker binds MLX's calls to
 
 `OMINIX_BLAS` chooses: `auto` (the default: the system OpenBLAS when one is installed, else the
 bundled one), `reference` (keep the wheel's), or the path of a library with the cblas symbols.
-OpenBLAS's own `OPENBLAS_NUM_THREADS` sets its threads; Ray sets `OMP_NUM_THREADS` for a replica
-to its whole CPUs (at least 1), which OpenBLAS follows when the first is unset.
+OpenBLAS's threads follow the cores this process may run on (`os.sched_getaffinity`), not
+the replica's logical CPU share: Ray sets `OMP_NUM_THREADS` for a replica to the floor of its
+`num_cpus` (1 for the small shares serve_config.yaml gives, docs/resources.md), which OpenBLAS
+would follow, leaving a lone busy replica one core of two. `OPENBLAS_NUM_THREADS`, when set,
+still wins (a benchmark pinning one thread, an operator capping it).
 
 Pure standard library, and it must run before anything imports `mlx.core`: every slot replica
 calls `select()` first thing (deployments/slot_replica.py), and the engines import MLX lazily,
@@ -31,6 +34,7 @@ from typing import Any, Optional
 logger = logging.getLogger(__name__)
 
 ENV = "OMINIX_BLAS"
+THREADS_ENV = "OPENBLAS_NUM_THREADS"
 REFERENCE = "reference"
 # Where distributions put OpenBLAS; the threaded builds first.
 _SEARCH = (
@@ -77,6 +81,8 @@ def _select(setting: str) -> BlasChoice:
         return BlasChoice(REFERENCE, f"{ENV}=reference")
     if "mlx.core" in sys.modules:
         return BlasChoice(REFERENCE, "mlx was imported before ominix-serve chose a BLAS")
+    # Read by OpenBLAS once, when it loads: set before any candidate is opened.
+    os.environ.setdefault(THREADS_ENV, str(real_cores()))
     if setting.lower() != "auto":
         error = _open_global(setting)
         if error:
@@ -95,6 +101,14 @@ def candidates() -> list[str]:
     if by_name:
         found.append(by_name)
     return list(dict.fromkeys(found))
+
+
+def real_cores() -> int:
+    """Cores this process may run on (its CPU affinity), whatever Ray's logical share says."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _threads(path: str) -> Optional[int]:

@@ -25,6 +25,7 @@ from deployments.image.config import ImageSlotConfig
 from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
 from deployments.llm.config import LLMSlotConfig
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
+from deployments.resources import reserve
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.kokoro import KOKORO_TTS_ID, ensure_kokoro
 from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
@@ -64,6 +65,9 @@ class Slot:
     builtins: Builtins
     routes: tuple[Route, ...]
     engine: Engine
+    # What one replica reserves from Ray: a small logical CPU share and memory sized from its
+    # measured peak (docs/resources.md); serve_config.yaml repeats it, a unit test keeps them equal.
+    replica_resources: dict = field(default_factory=lambda: reserve(0.1, 512))
     real_model_hint: str = ""  # shown when a built-in random-weight model serves
     random_builtins: frozenset[str] = field(default_factory=frozenset)
     repo_root_file: str = "config.json"  # every Hugging Face repo of the slot's format has it
@@ -108,6 +112,7 @@ SLOTS: dict[str, Slot] = {
             config=ASRSlotConfig,
             builtins={WHISPER_TINY_EN_ID: ensure_whisper_tiny_en, TINY_WHISPER_ID: ensure_tiny_whisper},
             random_builtins=frozenset({TINY_WHISPER_ID}),
+            replica_resources=reserve(0.1, 1024),
             real_model_hint="the built-in whisper-tiny.en (the default)",
             routes=(Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),),
             engine=Engine(
@@ -143,6 +148,7 @@ SLOTS: dict[str, Slot] = {
             random_builtins=frozenset({TINY_IMAGE_ID}),
             real_model_hint="IMAGE_MODEL=flux (on a Mac)",
             repo_root_file="model_index.json",  # diffusers layout (FLUX.2-klein, Z-Image)
+            replica_resources=reserve(0.1, 2048),
             routes=(
                 Route("/v1/images/generations", 10 * MiB, 600.0),
                 Route("/v1/images/", 10 * MiB, 600.0, card=False),

@@ -75,11 +75,13 @@ def bind_slot(slot: Slot, slot_config, cache_dir: Optional[str], control, option
 
 def slot_options(slot: Slot, slot_config) -> dict[str, Any]:
     """The Serve options a slot's config decides, derived here only, so the deployment, its
-    config and serve_config.yaml cannot disagree (serve_config.yaml leaves these out)."""
+    config and serve_config.yaml cannot disagree (serve_config.yaml leaves max_ongoing_requests
+    out; it repeats the registry's replica resources, which users edit there)."""
     return {
         "name": slot.deployment_name,
         "max_ongoing_requests": slot_config.max_ongoing_requests(),
         "health_check_period_s": HEALTH_CHECK_PERIOD_S,
+        "ray_actor_options": dict(slot.replica_resources),
     }
 
 

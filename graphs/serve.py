@@ -24,10 +24,17 @@ from deployments.env import ConfigError, overrides
 # box made decoding 8% slower in the benchmark. A model server's replicas are the work.
 RAY_ENV_DEFAULTS = {"RAY_worker_niceness": "0"}
 
+# Token authentication (a token in ~/.ray/auth_token, generated on first start) keeps other
+# local users off the cluster: Ray 2.60 turns it on for a new local cluster when RAY_AUTH_MODE
+# is unset; `make serve` says so explicitly rather than resting on that default (docs/operating.md).
+# Only for a process that starts with it: Ray reads RAY_AUTH_MODE once, when it loads, so a
+# process that set it after importing ray would start a token cluster it cannot talk to.
+SERVE_ENV_DEFAULTS = {**RAY_ENV_DEFAULTS, "RAY_AUTH_MODE": "token"}
+
 
 def ray_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment Ray is started with: RAY_ENV_DEFAULTS under what the caller set."""
-    return {**RAY_ENV_DEFAULTS, **environ}
+    """The environment `serve run` is started with: SERVE_ENV_DEFAULTS under what the caller set."""
+    return {**SERVE_ENV_DEFAULTS, **environ}
 
 
 def apply_env(config: dict, environ: Mapping[str, str]) -> dict:

@@ -20,6 +20,7 @@ from ray import serve
 from deployments.control.state import ControlState, Desired, ReplicaReport
 from deployments.ray_internals import session_dir
 from deployments.slots import SLOTS
+from deployments.resources import reserve
 
 logger = logging.getLogger("ray.serve")
 
@@ -45,7 +46,7 @@ def _session_state_file(build_id: str) -> Optional[Path]:
         return None
 
 
-@serve.deployment(name="Control", num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+@serve.deployment(name="Control", num_replicas=1, max_ongoing_requests=1000, ray_actor_options=reserve(0, 256))
 class Control:
     def __init__(self, defaults: dict[str, str], build_id: str = "default"):
         self.state = ControlState(defaults, _session_state_file(build_id))

@@ -14,9 +14,10 @@ from deployments.cuda_proxy.client import ShimClient
 from deployments.cuda_proxy.config import CudaRoute
 from deployments.cuda_proxy.protocol import CudaChatRequest
 from deployments.protocol.openai import ChatCompletionChunk, ChatCompletionResponse
+from deployments.resources import reserve
 
 
-@serve.deployment(name="CudaProxy", max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.05})
+@serve.deployment(name="CudaProxy", max_ongoing_requests=256, ray_actor_options=reserve(0.05, 256))
 class CudaProxy:
     def __init__(self, route: CudaRoute):
         self.client = ShimClient(route)

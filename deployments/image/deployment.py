@@ -29,7 +29,7 @@ from deployments.slot_replica import SlotReplica
 logger = logging.getLogger("ray.serve")
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.5})
+@serve.deployment
 class ImageSlot(SlotReplica):
     slot_name = "image"
     # What mflux reads from a Hugging Face repo (FLUX.2-klein, Z-Image: diffusers layout); the

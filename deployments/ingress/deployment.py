@@ -20,11 +20,12 @@ from deployments.ingress.clients import DeploymentClient, SlotClient
 from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
 from deployments.slots import SLOTS
+from deployments.resources import reserve
 
 logger = logging.getLogger("ray.serve")
 
 
-@serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options=reserve(0.1, 256))
 @serve.ingress()
 class Ingress:
     def __init__(

@@ -28,7 +28,7 @@ from deployments.slot_replica import SlotReplica
 LLM_ROUTER = RequestRouterConfig(request_router_class="deployments.routing.router.AffinityRouter")
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.5}, request_router_config=LLM_ROUTER)
+@serve.deployment(request_router_config=LLM_ROUTER)
 class LLMSlot(SlotReplica):
     slot_name = "llm"
     # What mlx-lm needs from a Hugging Face repo (the same patterns mlx_lm.load downloads).

@@ -71,9 +71,9 @@ def ray_cluster():
     dashboard_port = _free_port()
     ray.init(
         address="local",  # always a new cluster: a bare init() would join another session's
-        # Logical CPUs are scheduling units, not cores: the session graph plus the extra apps
-        # some tests deploy next to it (CUDA, keyed, two-replica) must all fit.
-        num_cpus=8,
+        # The CPUs and memory Ray detects, as under a user's `serve run`: the shipped resource
+        # model (docs/resources.md) must fit every slot's max_replicas there, with room for the
+        # small extra apps some tests deploy next to the graph (CUDA, keyed, two-replica).
         namespace="serve",
         include_dashboard=True,
         dashboard_host="127.0.0.1",

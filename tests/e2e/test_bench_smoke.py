@@ -20,7 +20,7 @@ def smoke_results(tmp_path_factory, cache_dir):
     out = tmp_path_factory.mktemp("bench-results")
     env_cache = str(cache_dir)  # the session's model cache: Whisper is converted once
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--scenarios", "llm,asr,tts,memory,prefix",
+        [sys.executable, "-m", "bench", "--smoke", "--scenarios", "llm,asr,tts,memory,prefix,footprint,burst,coldstart",
          "--out", str(out), "--cache-dir", env_cache],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
@@ -31,7 +31,7 @@ def smoke_results(tmp_path_factory, cache_dir):
 
 def test_every_scenario_wrote_results_with_the_machine(smoke_results):
     results, out = smoke_results
-    assert set(results) == {"llm", "asr", "tts", "memory", "prefix"}
+    assert set(results) == {"llm", "asr", "tts", "memory", "prefix", "footprint", "burst", "coldstart"}
     for result in results.values():
         machine = result["machine"]
         assert machine["cores"] >= 1 and machine["versions"]["mlx-lm"] and machine["versions"]["ray"]
@@ -77,3 +77,24 @@ def test_the_prefix_cache_is_reported_reused_by_the_graph_and_not_when_off(smoke
     # graph with the cache off reuses nothing.
     assert prefix["graph"]["second_turn_cached_tokens_mean"] > prefix["graph"]["shared_system_prompt_cached_tokens_mean"] > 0
     assert prefix["graph_no_prefix_cache"]["second_turn_cached_tokens_mean"] == 0
+
+
+def test_footprint_reads_every_replica_of_the_shipped_config(smoke_results):
+    replicas = smoke_results[0]["footprint"]["replicas"]
+    assert set(replicas) == {"Ingress", "Control", "LLM", "ASR", "TTS", "Image"}
+    assert all(r["peak_rss_bytes"] >= r["idle_rss_bytes"] > 0 and r["fits"] for r in replicas.values())
+
+
+def test_sustained_burst_compares_autoscaling_with_one_replica(smoke_results):
+    burst = smoke_results[0]["burst"]
+    assert not burst["failed"] and set(burst["results"]) == {"autoscaling", "one_replica"}
+    assert all(r["requests"] > 0 and r["buckets"] for r in burst["results"].values())
+    assert burst["results"]["one_replica"]["peak_replicas"] == 1
+
+
+def test_cold_start_is_broken_down(smoke_results):
+    cold = smoke_results[0]["coldstart"]
+    steps = cold["steps"]
+    assert steps["model_load_s"] > 0 and steps["steps_total_s"] >= steps["worker_start_s"]
+    assert cold["replica"]["load_to_running_s"] >= cold["replica"]["starting_to_running_s"] > 0
+    assert cold["import_profile"]

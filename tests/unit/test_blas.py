@@ -35,9 +35,10 @@ print(json.dumps({{**blas.select().as_dict(), "mapped": mapped,
 """
 
 
-def _probe(env: dict[str, str], before: str = "") -> dict:
+def _probe(env: dict[str, str], before: str = "", unset: tuple[str, ...] = ()) -> dict:
+    child_env = {k: v for k, v in {**os.environ, **env}.items() if k not in unset}
     run = subprocess.run(
-        [sys.executable, "-c", PROBE.format(before=before)], env={**os.environ, **env},
+        [sys.executable, "-c", PROBE.format(before=before)], env=child_env,
         capture_output=True, text=True, timeout=120,
     )
     if run.returncode != 0:
@@ -71,6 +72,17 @@ def test_reference_keeps_the_bundled_blas():
 def test_a_named_library_is_used(openblas):
     probe = _probe({blas.ENV: openblas})
     assert probe["library"] == openblas and os.path.realpath(openblas) in probe["mapped"]
+
+
+def test_threads_follow_the_cores_not_rays_logical_share(openblas):
+    """A replica with num_cpus < 1 gets OMP_NUM_THREADS=1 from Ray; OpenBLAS must not follow it."""
+    probe = _probe({blas.ENV: "auto", "OMP_NUM_THREADS": "1"}, unset=(blas.THREADS_ENV,))
+    assert probe["threads"] == len(os.sched_getaffinity(0))
+
+
+def test_an_explicit_thread_count_wins(openblas):
+    probe = _probe({blas.ENV: "auto", blas.THREADS_ENV: "1"})
+    assert probe["threads"] == 1
 
 
 def test_mlx_imported_first_is_reported_not_hidden():

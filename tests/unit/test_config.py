@@ -130,5 +130,12 @@ def test_ominix_env_names_patch_http_options():
 def test_make_serve_starts_ray_without_niced_replicas_unless_told_otherwise():
     from graphs.serve import ray_env
 
-    assert ray_env({"PATH": "/bin"}) == {"PATH": "/bin", "RAY_worker_niceness": "0"}
+    assert ray_env({"PATH": "/bin"}) == {"PATH": "/bin", "RAY_worker_niceness": "0", "RAY_AUTH_MODE": "token"}
     assert ray_env({"RAY_worker_niceness": "10"})["RAY_worker_niceness"] == "10"
+
+
+def test_make_serve_keeps_token_authentication_on_unless_told_otherwise():
+    from graphs.serve import ray_env
+
+    assert ray_env({})["RAY_AUTH_MODE"] == "token"
+    assert ray_env({"RAY_AUTH_MODE": "disabled"})["RAY_AUTH_MODE"] == "disabled"

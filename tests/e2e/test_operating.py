@@ -1,0 +1,57 @@
+"""Watching the graph from a second terminal (docs/operating.md): `make status` (`serve status`
+and `ray status` with RAY_AUTH_MODE=token) and the dashboard's API, against the session graph's
+cluster, with Ray's token authentication on as a user's `serve run serve_config.yaml` has it.
+
+The commands run as subprocesses with the environment of a fresh shell: no RAY_AUTH_MODE (the
+test process has it, from starting the cluster), the cluster's addresses given the documented way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SLOTS = ("Ingress", "Control", "LLM", "ASR", "TTS", "Image")
+
+
+def second_terminal(ray_cluster, dashboard_url) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    return {**env, "RAY_DASHBOARD_ADDRESS": dashboard_url, "RAY_ADDRESS": ray_cluster["gcs_address"]}
+
+
+def run(args, env) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_make_status_lists_every_slot_healthy(server, ray_cluster, dashboard_url):
+    out = run(["make", "-s", "status", f"VENV={BIN.parent}"], second_terminal(ray_cluster, dashboard_url))
+    assert out.returncode == 0, out.stdout + out.stderr
+    serve_part, _, ray_part = out.stdout.partition("======== Autoscaler status")
+    app = yaml.safe_load(serve_part)["applications"]["ominix"]
+    assert app["status"] == "RUNNING"
+    assert {name: app["deployments"][name]["status"] for name in SLOTS} == {name: "HEALTHY" for name in SLOTS}
+    assert "CPU" in ray_part and "memory" in ray_part  # `ray status`: what the replicas reserve
+
+
+def test_without_the_auth_mode_serve_status_is_refused(server, ray_cluster, dashboard_url):
+    """Why `make status` sets RAY_AUTH_MODE=token: the bare CLI sends no token."""
+    out = run([str(BIN / "serve"), "status"], second_terminal(ray_cluster, dashboard_url))
+    assert out.returncode != 0 and "Authentication required" in out.stdout + out.stderr
+
+
+def test_the_dashboard_takes_the_token_from_ray_get_auth_token(server, ray_cluster, dashboard_url):
+    token = run([str(BIN / "ray"), "get-auth-token"], second_terminal(ray_cluster, dashboard_url))
+    assert token.returncode == 0, token.stderr
+    with httpx.Client(base_url=dashboard_url, timeout=30) as browser:
+        assert browser.get("/api/serve/applications/").status_code == 401
+        login = browser.post("/api/authenticate", headers={"Authorization": f"Bearer {token.stdout.strip()}"})
+        assert login.status_code == 200, login.text
+        r = browser.get("/api/serve/applications/")  # the session cookie the login page set
+        assert r.status_code == 200 and "ominix" in r.json()["applications"]

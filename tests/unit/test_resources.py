@@ -1,0 +1,61 @@
+"""The shipped resource model (serve_config.yaml, docs/resources.md): every slot's max_replicas
+fits on the 2-core machine's logical CPUs with room to spare, every deployment reserves memory,
+and the deployments' own defaults say the same as the config."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.shipped import shipped_app
+from deployments.resources import MiB, reserve
+
+CPU_BUDGET = 1.0  # half of the 2-core CI box: the rest is for apps deployed next to the graph
+SLOTS = ("LLM", "ASR", "TTS", "Image")  # deployment names
+
+
+def most_replicas(options: dict) -> int:
+    scaling = options.get("autoscaling_config")
+    return scaling["max_replicas"] if scaling else options.get("num_replicas", 1)
+
+
+def test_every_slot_at_max_replicas_fits_the_cpu_budget():
+    _, deployments = shipped_app()
+    total = sum(most_replicas(o) * o["ray_actor_options"]["num_cpus"] for o in deployments.values())
+    assert total <= CPU_BUDGET, {name: o["ray_actor_options"] for name, o in deployments.items()}
+    assert all(most_replicas(deployments[slot]) >= 2 for slot in SLOTS)  # and they can scale
+
+
+def test_every_deployment_reserves_memory():
+    _, deployments = shipped_app()
+    assert all(o["ray_actor_options"].get("memory", 0) >= 128 * MiB for o in deployments.values())
+
+
+KEYS = ("num_cpus", "memory")
+
+
+@pytest.mark.parametrize("name, module, cls", [
+    ("Ingress", "deployments.ingress.deployment", "Ingress"),
+    ("Control", "deployments.control.deployment", "Control"),
+])
+def test_the_deployments_defaults_match_the_config(name, module, cls):
+    """Apps built in code (tests, benchmarks) reserve what `serve run serve_config.yaml` does."""
+    import importlib
+
+    deployment = getattr(importlib.import_module(module), cls)
+    shipped = shipped_app()[1][name]["ray_actor_options"]
+    assert {k: deployment.ray_actor_options.get(k) for k in KEYS} == {k: shipped[k] for k in KEYS}
+
+
+@pytest.mark.parametrize("name", ["llm", "asr", "tts", "image"])
+def test_each_slots_registry_resources_match_the_config(name):
+    from deployments.slots import SLOTS
+    from graphs.omni import slot_options
+
+    slot = SLOTS[name]
+    derived = slot_options(slot, slot.config())["ray_actor_options"]
+    shipped = shipped_app()[1][slot.deployment_name]["ray_actor_options"]
+    assert {k: derived.get(k) for k in KEYS} == {k: shipped[k] for k in KEYS}
+
+
+def test_reserve_is_in_mib():
+    assert reserve(0.1, 512) == {"num_cpus": 0.1, "memory": 512 * 2**20}
