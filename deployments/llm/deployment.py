@@ -23,13 +23,14 @@ from deployments.llm.config import LLMSlotConfig
 from deployments.llm.engine import LLMEngine, SamplingParams
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
+from deployments.llm.smollm2 import SMOLLM2_ID, ensure_smollm2
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 logger = logging.getLogger("ray.serve")
 
-BUILTIN_LLMS = {TINY_LLM_ID: ensure_tiny_llm}
+BUILTIN_LLMS = {SMOLLM2_ID: ensure_smollm2, TINY_LLM_ID: ensure_tiny_llm}
 # What mlx-lm needs from a Hugging Face repo (the same patterns mlx_lm.load downloads).
 LLM_FILE_PATTERNS = [
     "*.json", "model*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt", "*.jsonl", "*.jinja",
@@ -57,7 +58,7 @@ class LLMSlot:
             allow_patterns=LLM_FILE_PATTERNS,
         )
         engine = await LLMEngine.start(model_id, model_dir, self.config.engine_config())
-        if model_id in BUILTIN_LLMS:
+        if model_id == TINY_LLM_ID:
             logger.warning(
                 "LLM slot serves the built-in tiny model '%s': random weights, meaningless "
                 "output. Use a real model with e.g. "
