@@ -137,7 +137,8 @@ async def test_burst_scales_up_completes_and_scales_down(burst_app, burst_voice,
         async def chat() -> float:
             t0 = time.perf_counter()
             r = await client.post(f"{server}/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0})
+                "model": "ominix-tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                "temperature": 0})
             assert r.status_code == 200, r.text
             return time.perf_counter() - t0
 
