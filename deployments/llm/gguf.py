@@ -30,8 +30,9 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,9 @@ def build_tokenizer(metadata: Mapping[str, Any]):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
     if metadata.get("tokenizer.ggml.model") != "gpt2":
-        raise ConversionError(f"tokenizer model '{metadata.get('tokenizer.ggml.model')}' is not supported (only gpt2 BPE)")
+        raise ConversionError(
+            f"tokenizer model '{metadata.get('tokenizer.ggml.model')}' is not supported (only gpt2 BPE)"
+        )
     pre = metadata.get("tokenizer.ggml.pre", "gpt2")
     if pre not in _PRE_TOKENIZERS:
         raise ConversionError(f"pre-tokenizer '{pre}' is not supported ({', '.join(sorted(_PRE_TOKENIZERS))})")
@@ -212,9 +215,7 @@ def build_tokenizer(metadata: Mapping[str, Any]):
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([steps[s] for s in _PRE_TOKENIZERS[pre]])
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in special_tokens(metadata)]
-    )
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens(metadata)])
     return tokenizer
 
 
@@ -222,7 +223,7 @@ def special_tokens(metadata: Mapping[str, Any]) -> list[str]:
     """The tokens llama.cpp marks as control tokens (never split, skipped when decoding)."""
     tokens, types = metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.token_type"]
     types = types.tolist() if hasattr(types, "tolist") else list(types)
-    return [t for t, kind in zip(tokens, types) if kind == _CONTROL_TOKEN]
+    return [t for t, kind in zip(tokens, types, strict=True) if kind == _CONTROL_TOKEN]
 
 
 def tokenizer_config(metadata: Mapping[str, Any], context_length: int) -> dict:
@@ -262,7 +263,9 @@ def convert_gguf(source: Path, out: Path, *, dense: bool) -> None:
     weights, metadata = mx.load(str(source), return_metadata=True)
     config = llama_config(metadata, set(weights))
     logger.info(
-        "Converting %d tensors (%d layers) to %s", len(weights), config["num_hidden_layers"],
+        "Converting %d tensors (%d layers) to %s",
+        len(weights),
+        config["num_hidden_layers"],
         "dense float32" if dense else "quantized weights with float32 scales",
     )
     converted, quantization = convert_weights(weights, config, dense)

@@ -11,7 +11,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def ask(client, messages, **kw):
-    return client.chat.completions.create(messages=messages, temperature=0, **{"model": DEFAULT, "max_tokens": 32, **kw})
+    return client.chat.completions.create(
+        messages=messages, temperature=0, **{"model": DEFAULT, "max_tokens": 32, **kw}
+    )
 
 
 def test_the_default_model_answers_a_factual_question(client, http):
@@ -41,7 +43,9 @@ def test_chat_answers_an_opposite(client):
 
 
 def test_a_completion_continues_the_text(client):
-    r = client.completions.create(model=DEFAULT, prompt="The days of the week are Monday, Tuesday,", max_tokens=8, temperature=0)
+    r = client.completions.create(
+        model=DEFAULT, prompt="The days of the week are Monday, Tuesday,", max_tokens=8, temperature=0
+    )
     assert r.choices[0].text.split(",")[0].strip() == "Wednesday"
 
 
@@ -66,7 +70,8 @@ async def test_batched_requests_get_the_answers_they_get_alone(aclient):
 
     async def answer(question):
         r = await aclient.chat.completions.create(
-            model=DEFAULT, messages=[{"role": "user", "content": question}], max_tokens=16, temperature=0)
+            model=DEFAULT, messages=[{"role": "user", "content": question}], max_tokens=16, temperature=0
+        )
         return r.choices[0].message.content
 
     alone = [await answer(q) for q in questions]

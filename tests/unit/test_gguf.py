@@ -5,35 +5,62 @@ import re
 
 import pytest
 
-from deployments.llm.gguf import ConversionError, convert_weights, mlx_name, quantized_bits, unpermute_rows
+from deployments.llm.gguf import (
+    ConversionError,
+    convert_weights,
+    mlx_name,
+    permuted_heads,
+    quantized_bits,
+    unpermute_rows,
+)
 
 SMALL = {
-    "model_type": "llama", "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-5,
-    "vocab_size": 96, "rope_theta": 10000.0, "tie_word_embeddings": True,
+    "model_type": "llama",
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 96,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
 }
-TO_GGUF = {v: k for k, v in {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-}.items()}
+TO_GGUF = {
+    v: k
+    for k, v in {
+        "attn_q": "self_attn.q_proj",
+        "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj",
+        "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+        "attn_norm": "input_layernorm",
+        "ffn_norm": "post_attention_layernorm",
+    }.items()
+}
 
 
-@pytest.mark.parametrize("gguf, mlx", [
-    ("blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight"),
-    ("blk.12.attn_k.scales", "model.layers.12.self_attn.k_proj.scales"),
-    ("blk.3.attn_v.biases", "model.layers.3.self_attn.v_proj.biases"),
-    ("blk.29.attn_output.weight", "model.layers.29.self_attn.o_proj.weight"),
-    ("blk.1.ffn_gate.weight", "model.layers.1.mlp.gate_proj.weight"),
-    ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"),
-    ("blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"),
-    ("blk.7.attn_norm.weight", "model.layers.7.input_layernorm.weight"),
-    ("blk.7.ffn_norm.weight", "model.layers.7.post_attention_layernorm.weight"),
-    ("token_embd.weight", "model.embed_tokens.weight"),
-    ("token_embd.scales", "model.embed_tokens.scales"),
-    ("output_norm.weight", "model.norm.weight"),
-    ("output.weight", "lm_head.weight"),
-])
+@pytest.mark.parametrize(
+    "gguf, mlx",
+    [
+        ("blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight"),
+        ("blk.12.attn_k.scales", "model.layers.12.self_attn.k_proj.scales"),
+        ("blk.3.attn_v.biases", "model.layers.3.self_attn.v_proj.biases"),
+        ("blk.29.attn_output.weight", "model.layers.29.self_attn.o_proj.weight"),
+        ("blk.1.ffn_gate.weight", "model.layers.1.mlp.gate_proj.weight"),
+        ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"),
+        ("blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"),
+        ("blk.7.attn_norm.weight", "model.layers.7.input_layernorm.weight"),
+        ("blk.7.ffn_norm.weight", "model.layers.7.post_attention_layernorm.weight"),
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("token_embd.scales", "model.embed_tokens.scales"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+    ],
+)
 def test_names_map_onto_mlx_lm_llama(gguf, mlx):
     assert mlx_name(gguf) == mlx
 
@@ -103,7 +130,9 @@ def as_gguf(params, quantize: bool):
         if quantize and value.ndim == 2:
             bits = 8 if base == "token_embd" else 4
             w, s, b = mx.quantize(value, group_size=32, bits=bits)
-            out.update({f"{base}.weight": w, f"{base}.scales": s.astype(mx.float16), f"{base}.biases": b.astype(mx.float16)})
+            out.update(
+                {f"{base}.weight": w, f"{base}.scales": s.astype(mx.float16), f"{base}.biases": b.astype(mx.float16)}
+            )
         else:
             out[f"{base}.weight"] = value
     return out
@@ -117,7 +146,7 @@ def test_reference_permutation_is_what_traditional_rope_expects(small_llama):
 
     permuted = dict(small_llama)
     for name, value in small_llama.items():
-        heads = SMALL["num_attention_heads"] if ".q_proj." in name else SMALL["num_key_value_heads"] if ".k_proj." in name else None
+        heads = permuted_heads(name, SMALL)
         if heads:
             permuted[name] = llama_cpp_permute(value, heads)
     expected = logits(build(small_llama))
@@ -169,11 +198,16 @@ def test_quantized_conversion_keeps_bits_and_matches_the_dequantized_model(small
     from mlx_lm.models.llama import Model, ModelArgs
 
     model = Model(ModelArgs.from_dict(SMALL))
-    nn.quantize(model, group_size=32, bits=4,
-                class_predicate=lambda p, m: quantization.get(p, True) if hasattr(m, "to_quantized") else False)
+    nn.quantize(
+        model,
+        group_size=32,
+        bits=4,
+        class_predicate=lambda p, m: quantization.get(p, True) if hasattr(m, "to_quantized") else False,
+    )
     model.load_weights(list(kept.items()), strict=True)
     from_dense = logits(build(dense))
     assert mx.allclose(logits(model), from_dense, atol=1e-3)
+
     # The rows are in Hugging Face order: the same as quantizing the original model directly
     # (with float16 scales, as in the file).
     def roundtrip(name, w):
@@ -188,7 +222,9 @@ def test_quantized_conversion_keeps_bits_and_matches_the_dequantized_model(small
     assert mx.allclose(from_dense, reference, atol=1e-3)
 
 
-@pytest.mark.parametrize("weight, scales, bits", [((576, 72), (576, 18), 4), ((49152, 144), (49152, 18), 8), ((10, 8), (10, 2), 4)])
+@pytest.mark.parametrize(
+    "weight, scales, bits", [((576, 72), (576, 18), 4), ((49152, 144), (49152, 18), 8), ((10, 8), (10, 2), 4)]
+)
 def test_bits_are_read_from_the_shapes(weight, scales, bits):
     assert quantized_bits(weight, scales) == bits
 

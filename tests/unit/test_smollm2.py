@@ -133,14 +133,19 @@ def test_chat_template_renders_chatml_with_the_default_system_prompt(tokenizer):
     assert tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == CHATML_QUESTION
     with_system = [{"role": "system", "content": "Be brief."}, *messages]
     rendered = tokenizer.apply_chat_template(with_system, add_generation_prompt=False, tokenize=False)
-    assert rendered == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+    assert (
+        rendered
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+    )
 
 
 def test_greedy_answer_is_correct(smollm2_dir):
     import mlx_lm
 
     model, tokenizer = mlx_lm.load(str(smollm2_dir))
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
+    )
     answer = mlx_lm.generate(model, tokenizer, prompt=prompt, max_tokens=16)  # greedy: mlx-lm's default sampler
     assert "Paris" in answer
 
