@@ -202,16 +202,27 @@ def wave_metrics(timings: list[Timing], t0: float) -> dict:
     wall = max(t.end for t in timings) - t0
     ttft = [(t.first - t.start) * 1000 for t in timings if t.first is not None]
     itl = [(t.end - t.first) * 1000 / (t.tokens - 1) for t in timings if t.first is not None and t.tokens > 1]
-    # Prompt processing: prompt tokens over the time until each request's first token.
-    prefill = [(t.prompt_tokens, t.first - t.start) for t in timings if t.prompt_tokens and t.first is not None]
+    prefill = [t for t in timings if t.prompt_tokens and t.first is not None]
+    waiting = _union_length([(t.start, t.first) for t in prefill])
     return {
         "tokens_per_s": sum(t.tokens for t in timings) / wall,
-        "prompt_tokens_per_s": sum(p for p, _ in prefill) / sum(s for _, s in prefill) if prefill else None,
+        # Prompt tokens over the time some request was waiting for its first token: the sum of
+        # TTFTs for requests in a row, the longest TTFT for simultaneous ones.
+        "prompt_tokens_per_s": sum(t.prompt_tokens for t in prefill) / waiting if waiting else None,
         "ttft_p50_ms": percentile(ttft, 50),
         "ttft_p95_ms": percentile(ttft, 95),
         "itl_p50_ms": percentile(itl, 50),
         "wall_s": wall,
     }
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 # A one-stream wave is this many requests in a row: one request would make TTFT p50 a single
