@@ -62,7 +62,7 @@ def ensure_smollm2(cache_dir: str | os.PathLike, dense: Optional[bool] = None) -
 
     dense = use_dense() if dense is None else dense
     target = smollm2_dir(cache_dir, dense)
-    if (target / "config.json").exists():
+    if (target / "config.json").exists():  # converted: the package is no longer needed
         return target
     source = gguf_path()
     what = f"{SMOLLM2_ID} ({'dense float32' if dense else '4-bit'}) from {source.name}"

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from deployments.llm.smollm2 import SMOLLM2_ID, ensure_smollm2, gguf_path, smollm2_dir, use_dense
+from deployments.llm.smollm2 import SMOLLM2_ID, ensure_smollm2, gguf_path, use_dense
+from deployments.llm.smollm2 import smollm2_dir as directory_for
 
 CHATML_QUESTION = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -56,16 +57,12 @@ def test_the_backend_chooses_dense_on_cpu_and_4bit_elsewhere():
 
 
 def test_converted_once_into_a_named_cached_directory(smollm2_dir, cache_dir):
-    assert smollm2_dir == smollm2_dir_for_this_backend(cache_dir)
+    assert smollm2_dir == directory_for(cache_dir, use_dense())
     assert SMOLLM2_ID in smollm2_dir.name
     mtime = (smollm2_dir / "model.safetensors").stat().st_mtime
     assert ensure_smollm2(cache_dir) == smollm2_dir  # reused, not converted again
     assert (smollm2_dir / "model.safetensors").stat().st_mtime == mtime
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(".")]  # no scratch left behind
-
-
-def smollm2_dir_for_this_backend(cache_dir):
-    return smollm2_dir(cache_dir, use_dense())
 
 
 def test_config_comes_from_the_gguf_metadata(smollm2_dir):
