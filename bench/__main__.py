@@ -37,6 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     size.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; the test suite's)")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS + EXTRA_SCENARIOS))
     p.add_argument("--llm-systems", default="graph,mlx_lm_server,in_process,graph_no_batching")
+    p.add_argument("--llm-model", default=None,
+                   help="serve this model (built-in id, directory, repo id) instead of the random benchmark model; "
+                        "a real model can end with EOS, which mlx_lm.server does not ignore: leave it out")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--tokens", type=int, default=None, help="generated tokens per LLM request")

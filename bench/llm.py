@@ -116,7 +116,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, body: dict, start: flo
             if keep_text:
                 text += [(c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or []]
             if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
+                tokens, prompt = chunk["usage"]["completion_tokens"], chunk["usage"].get("prompt_tokens")
                 cached = (chunk["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
                 prompt = chunk["usage"].get("prompt_tokens")
     except httpx.TransportError as e:
@@ -147,7 +147,7 @@ class InProcess:
         from deployments.llm.prompts import chat_prompt
         from deployments.protocol.openai import ChatCompletionRequest
 
-        start, first, tokens = time.perf_counter(), None, None
+        start, first, tokens, prompt_tokens = time.perf_counter(), None, None, None
         request = ChatCompletionRequest.model_validate(body)
         prompt = chat_prompt(self.engine.tokenizer, request)
         params = SamplingParams.from_request(request, request.max_tokens, {})
@@ -155,8 +155,8 @@ class InProcess:
             if first is None and (chunk.content or chunk.reasoning_content):
                 first = time.perf_counter()
             if chunk.usage is not None:
-                tokens = chunk.usage.completion_tokens
-        return Timing(start, first, time.perf_counter(), tokens)
+                tokens, prompt_tokens = chunk.usage.completion_tokens, chunk.usage.prompt_tokens
+        return Timing(start, first, time.perf_counter(), tokens, prompt_tokens=prompt_tokens)
 
     def stop(self) -> None:
         if self.engine is not None:
@@ -203,13 +203,27 @@ def wave_metrics(timings: list[Timing], t0: float) -> dict:
     wall = max(t.end for t in timings) - t0
     ttft = [(t.first - t.start) * 1000 for t in timings if t.first is not None]
     itl = [(t.end - t.first) * 1000 / (t.tokens - 1) for t in timings if t.first is not None and t.tokens > 1]
+    prefill = [t for t in timings if t.prompt_tokens and t.first is not None]
+    waiting = _union_length([(t.start, t.first) for t in prefill])
     return {
         "tokens_per_s": sum(t.tokens for t in timings) / wall,
+        # Prompt tokens over the time some request was waiting for its first token: the sum of
+        # TTFTs for requests in a row, the longest TTFT for simultaneous ones.
+        "prompt_tokens_per_s": sum(t.prompt_tokens for t in prefill) / waiting if waiting else None,
         "ttft_p50_ms": percentile(ttft, 50),
         "ttft_p95_ms": percentile(ttft, 95),
         "itl_p50_ms": percentile(itl, 50),
         "wall_s": wall,
     }
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 # A one-stream wave is this many requests in a row: one request would make TTFT p50 a single
@@ -278,10 +292,23 @@ def targets(results: dict, concurrency: list[int]) -> dict:
     }
 
 
+def bench_model(opts, cache_dir: Path) -> tuple[str, Path, dict]:
+    """The model every system serves: `--llm-model` (a built-in id, directory or repo id), or by
+    default the random benchmark model. Its id for the graph, its directory, its config."""
+    if opts.llm_model is None:
+        config = SMOKE_CONFIG if opts.smoke else BENCH_CONFIG
+        model_dir = ensure_bench_model(cache_dir, config)
+        return str(model_dir), model_dir, config
+    from deployments.hub import resolve_model_dir
+    from deployments.llm.deployment import BUILTIN_LLMS, LLM_FILE_PATTERNS
+
+    model_dir = resolve_model_dir(opts.llm_model, builtins=BUILTIN_LLMS, cache_dir=cache_dir, allow_patterns=LLM_FILE_PATTERNS)
+    return opts.llm_model, model_dir, json.loads((model_dir / "config.json").read_text())
+
+
 async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts, progress) -> dict:
-    config = SMOKE_CONFIG if opts.smoke else BENCH_CONFIG
-    model_dir = ensure_bench_model(cache_dir, config)
-    progress(f"llm: benchmark model {model_dir.name} ({parameter_count(config) / 1e6:.0f}M parameters)")
+    model_id, model_dir, config = bench_model(opts, cache_dir)
+    progress(f"llm: model {model_id} ({parameter_count(config) / 1e6:.0f}M parameters)")
     systems = [s for s in SYSTEMS if s in opts.llm_systems]
     calls: dict = {}
     stoppers = []
@@ -289,7 +316,7 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
     try:
         for system in systems:
             if system in ("graph", "graph_no_batching"):
-                llm = {"default_model": str(model_dir), "batching": system == "graph"}
+                llm = {"default_model": model_id, "models": [], "batching": system == "graph"}
                 url = cluster.deploy(f"bench-{system.replace('_', '-')}", {"llm": llm})
                 await wait_ready(url)
                 calls[system] = lambda body, u=url: stream_chat(http, f"{u}/v1/chat/completions", body)
@@ -316,7 +343,8 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
                 except Exception:
                     pass
     return {
-        "model": {"dir_name": model_dir.name, "parameters": parameter_count(config), "config": config},
+        "model": {"id": model_id if opts.llm_model else None, "dir_name": model_dir.name,
+                  "parameters": parameter_count(config), "config": config},
         "tokens_per_request": opts.tokens,
         "concurrency": opts.concurrency,
         "repeats": opts.repeats,
@@ -334,8 +362,9 @@ def render(result: dict) -> str:
         for system in result["systems"]:
             m = res[system][str(c)]
             rows.append([c, LABELS[system], m["tokens_per_s"], ratio(m["tokens_per_s"], peer),
-                         m["ttft_p50_ms"], m["ttft_p95_ms"], m["itl_p50_ms"]])
-    out = table(["streams", "system", "decode tok/s", "× mlx_lm.server", "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms"], rows)
+                         m.get("prompt_tokens_per_s"), m["ttft_p50_ms"], m["ttft_p95_ms"], m["itl_p50_ms"]])
+    out = table(["streams", "system", "decode tok/s", "× mlx_lm.server", "prompt tok/s", "TTFT p50 ms", "TTFT p95 ms",
+                 "ITL p50 ms"], rows)
     lines = [out, "", "Targets:"]
     for name, t in result["targets"].items():
         v = t["value"]
@@ -361,7 +390,8 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"LLM serving, {result['model']['parameters'] / 1e6:.0f}M-parameter Qwen3, "
+    name = result["model"].get("id") or f"{result['model']['parameters'] / 1e6:.0f}M-parameter Qwen3"
+    fig.suptitle(f"LLM serving, {name}, "
                  f"{result['tokens_per_request']} tokens per request (medians of {result['repeats']})")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

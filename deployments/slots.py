@@ -24,6 +24,7 @@ from deployments.control.policy import SlotModelsConfig
 from deployments.image.config import ImageSlotConfig
 from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
 from deployments.llm.config import LLMSlotConfig
+from deployments.llm.smollm2 import SMOLLM2_ID, ensure_smollm2
 from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
 from deployments.resources import reserve
 from deployments.tts.config import TTSSlotConfig
@@ -93,9 +94,9 @@ SLOTS: dict[str, Slot] = {
             deployment_name="LLM",
             deployment="deployments.llm.deployment:LLMSlot",
             config=LLMSlotConfig,
-            builtins={TINY_LLM_ID: ensure_tiny_llm},
+            builtins={SMOLLM2_ID: ensure_smollm2, TINY_LLM_ID: ensure_tiny_llm},
             random_builtins=frozenset({TINY_LLM_ID}),
-            real_model_hint="LLM_MODEL=mlx-community/Qwen3-0.6B-4bit serve run serve_config.yaml",
+            real_model_hint=f"the default {SMOLLM2_ID}, or LLM_MODEL=mlx-community/Qwen3-0.6B-4bit on a Mac",
             routes=(
                 Route("/v1/chat/completions", 20 * MiB, 300.0),
                 Route("/v1/completions", 20 * MiB, 300.0),

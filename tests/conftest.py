@@ -1,4 +1,4 @@
-"""Shared fixtures: the built-in tiny model, generated once per test session."""
+"""Shared fixtures: the built-in models (tiny and SmolLM2), made once per test session."""
 
 import pytest
 
@@ -26,3 +26,11 @@ def tiny_tokenizer(tiny_llm_dir):
     from mlx_lm.tokenizer_utils import load
 
     return load(tiny_llm_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(cache_dir):
+    """The default LLM, converted once per session in the form this backend serves."""
+    from deployments.llm.smollm2 import ensure_smollm2
+
+    return ensure_smollm2(cache_dir)

@@ -23,6 +23,7 @@ PUBLIC = "qwen3-8b-cuda"
 ALIAS = "Qwen3-8B-remote"
 SERVED = "Qwen/Qwen3-8B"
 LOCAL = "ominix-tiny-qwen3"
+DEFAULT = "ominix-smollm2-135m-instruct"  # the session graph's LLM
 TIMEOUT_S = 4
 PING = [{"role": "user", "content": "ping"}]
 UNSUPPORTED = "The selected CUDA model does not support this request"
@@ -45,6 +46,7 @@ def cuda_url(server, worker, cache_dir):
 
     args = {
         "cache_dir": str(cache_dir),
+        "llm": {"default_model": LOCAL},  # the local side only needs a code path
         "asr": {"enabled": False},  # the audio slots have nothing to do with this route
         "tts": {"enabled": False},
         "image": {"enabled": False},
@@ -115,7 +117,7 @@ def test_readyz_without_cuda_route(http):
     assert r.status_code == 200
     assert r.json()["status"] == "ready" and r.json()["sglang_cuda"] == {"configured": False}
     status = http.get("/v1/models/status").json()
-    assert status["status"] == "success" and status["models"]["llm"] == LOCAL
+    assert status["status"] == "success" and status["models"]["llm"] == DEFAULT
     assert status["sglang_cuda"] == {"configured": False, "models": [], "shim_reachable": False, "model_ready": False}
 
 

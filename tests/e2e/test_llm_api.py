@@ -9,7 +9,8 @@ import time
 import httpx
 import pytest
 
-MODEL = "ominix-tiny-qwen3"
+MODEL = "ominix-tiny-qwen3"  # random weights: these tests check the code path, fast
+DEFAULT = "ominix-smollm2-135m-instruct"
 HELLO = [{"role": "user", "content": "Hello, how are you today?"}]
 
 
@@ -20,7 +21,7 @@ def chat(client, **kw):
 def test_models_list(client):
     models = client.models.list()
     llm_cards = [m for m in models.data if m.model_extra["type"] == "llm"]  # other slots list theirs
-    assert [m.id for m in llm_cards] == [MODEL]
+    assert [m.id for m in llm_cards] == [DEFAULT, MODEL]  # the default first, then the allow-list
 
 
 def test_chat_non_streaming(client, tiny_tokenizer):

@@ -39,7 +39,7 @@ def managed(server, cache_dir, tiny_llm_dir, tmp_path_factory):
     models_dir = tmp_path_factory.mktemp("models")
     second = models_dir / "tiny-b"
     shutil.copytree(tiny_llm_dir, second)
-    args = {"cache_dir": str(cache_dir), "llm": {"models_dir": str(models_dir)}, "asr": {"enabled": False}, "tts": {"enabled": False}, "image": {"enabled": False}}
+    args = {"cache_dir": str(cache_dir), "llm": {"default_model": TINY, "models_dir": str(models_dir)}, "asr": {"enabled": False}, "tts": {"enabled": False}, "image": {"enabled": False}}
     serve.run(build_graph(GraphArgs.from_args(args), options={"LLM": {"num_replicas": 2}}), name="managed", route_prefix="/managed", blocking=False)
     client = httpx.Client(base_url=f"{server}/managed", timeout=120)
 

@@ -123,13 +123,14 @@ def burst_app(server, cache_dir):
     from ray import serve
 
     from deployments.ingress.deployment import Ingress
-    from deployments.tts.deployment import TTSSlot
+    from deployments.slots import SLOTS
+    from deployments.tts.config import TTSSlotConfig
+    from graphs.omni import bind_slot
 
-    # The deployments' own small resource asks (docs/resources.md): it fits next to the graph.
-    tts = TTSSlot.options(num_replicas=1, max_ongoing_requests=2).bind(
-        {"default_model": TINY_TTS_ID, "max_input_chars": 20000, "ws_idle_timeout_s": 1.5}, cache_dir=str(cache_dir)
-    )
-    app = Ingress.bind({"tts": {"models": [TINY_TTS_ID]}}, tts=tts)
+    # The registry's small resource asks (docs/resources.md): it fits next to the graph.
+    config = TTSSlotConfig(default_model=TINY_TTS_ID, max_input_chars=20000, ws_idle_timeout_s=1.5)
+    tts = bind_slot(SLOTS["tts"], config, str(cache_dir), None, {"TTS": {"num_replicas": 1, "max_ongoing_requests": 2}})
+    app = Ingress.bind({"tts": {"models": [TINY_TTS_ID]}}, slots={"tts": tts})
     serve.run(app, name="tts-burst", route_prefix="/burst")
     try:
         yield f"{server}/burst"

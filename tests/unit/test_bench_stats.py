@@ -25,6 +25,14 @@ def test_wave_metrics_from_request_timings():
     assert m["tokens_per_s"] == pytest.approx(22 / 2.0)
     assert m["ttft_p50_ms"] == pytest.approx(200.0)
     assert m["itl_p50_ms"] == pytest.approx((90 + 170) / 2)
+    assert m["prompt_tokens_per_s"] is None  # no usage.prompt_tokens reported
+
+
+def test_prompt_tokens_per_s_is_prompt_tokens_over_the_time_waiting_for_first_tokens():
+    together = [Timing(0.0, 0.1, 1.0, 11, prompt_tokens=30), Timing(0.0, 0.3, 2.0, 11, prompt_tokens=50)]
+    assert wave_metrics(together, 0.0)["prompt_tokens_per_s"] == pytest.approx(80 / 0.3)
+    in_a_row = [Timing(0.0, 0.1, 1.0, 11, prompt_tokens=30), Timing(1.0, 1.3, 2.0, 11, prompt_tokens=50)]
+    assert wave_metrics(in_a_row, 0.0)["prompt_tokens_per_s"] == pytest.approx(80 / 0.4)
 
 
 def test_targets_compare_within_the_run():

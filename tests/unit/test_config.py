@@ -15,14 +15,14 @@ def shipped_args():
         return yaml.safe_load(f)["applications"][0]["args"]
 
 
-def test_shipped_config_validates_and_serves_the_tiny_model():
+def test_shipped_config_validates_and_serves_the_real_small_models():
     config = GraphArgs.from_args(shipped_args(), environ={})
-    assert config.llm.default_model == "ominix-tiny-qwen3"
-    assert config.catalog()["llm"] == {"models": ["ominix-tiny-qwen3"], "models_dir": None}
+    assert config.llm.default_model == "ominix-smollm2-135m-instruct"
+    assert config.catalog()["llm"] == {"models": ["ominix-smollm2-135m-instruct", "ominix-tiny-qwen3"], "models_dir": None}
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
     # Every enabled slot starts under the control plane with its configured default.
     assert config.defaults() == {
-        "llm": "ominix-tiny-qwen3", "asr": "whisper-tiny.en", "tts": "ominix-tiny-pocket-tts",
+        "llm": "ominix-smollm2-135m-instruct", "asr": "whisper-tiny.en", "tts": "ominix-tiny-pocket-tts",
         "image": "ominix-tiny-flux2-klein",
     }
 

