@@ -1,6 +1,6 @@
 """`python -m graphs.docs`: write docs/configuration.md, the configuration reference, from the
 config models themselves (every graph arg with its type, default and meaning, the environment
-variable that sets it) and the env table (deployments/env.py). tests/unit/test_config_docs.py
+variable that sets it) and the env table (deployments/env.py). tests/unit/graphs/test_docs.py
 fails when the file is stale, so the reference cannot drift from the code.
 """
 

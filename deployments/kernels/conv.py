@@ -15,7 +15,7 @@ Here:
 wrappers that use these on the CPU device and call MLX's own op everywhere else (Metal, an
 explicit GPU stream). Models look the op up on `mlx.core` when they run or keep a reference
 taken when they are built (Kokoro passes `mx.conv1d` around), so install before building one.
-Unit tests compare every path with MLX's own op (tests/unit/test_conv_kernels.py).
+Unit tests compare every path with MLX's own op (tests/unit/kernels/test_conv.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from deployments.audio_models.speaker_encoder import (
 from tests.speech import silence, speak
 
 RATE = 16000
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "resemblyzer_vowels_embedding.npy"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "resemblyzer_vowels_embedding.npy"
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
     "Please call Stella and ask her to bring these things with her from the store.",

@@ -14,7 +14,7 @@ from graphs.config import GraphArgs
 from graphs.manifest import ManifestError, check_manifest, load_manifest, unmet_requirements
 from graphs.omni import check_app_manifest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 AVAILABLE = {
     "llm": Category("0.32.2", frozenset({"streaming", "tool_use", "thinking"})),
     "tts": Category("0.6.2", frozenset({"streaming", "voice_cloning"})),

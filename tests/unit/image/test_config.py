@@ -10,7 +10,7 @@ from deployments.ingress.catalog import ModelCatalog
 from deployments.protocol.errors import APIError
 from graphs.config import GraphArgs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def shipped_args():
