@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import sys
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -35,11 +35,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="fewer levels and repeats (a few minutes)")
     size.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; the test suite's)")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS + EXTRA_SCENARIOS))
+    p.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS + EXTRA_SCENARIOS)
+    )
     p.add_argument("--llm-systems", default="graph,mlx_lm_server,in_process,graph_no_batching")
-    p.add_argument("--llm-model", default=None,
-                   help="serve this model (built-in id, directory, repo id) instead of the random benchmark model; "
-                        "a real model can end with EOS, which mlx_lm.server does not ignore: leave it out")
+    p.add_argument(
+        "--llm-model",
+        default=None,
+        help="serve this model (built-in id, directory, repo id) instead of the random benchmark model; "
+        "a real model can end with EOS, which mlx_lm.server does not ignore: leave it out",
+    )
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--tokens", type=int, default=None, help="generated tokens per LLM request")
@@ -83,12 +88,19 @@ async def _run(opts, argv) -> int:
                 progress(f"{name}: FAILED: {type(e).__name__}: {e}")
                 failed.append(name)
                 continue
-            result = {"preset": opts.preset, "command": " ".join(["python -m bench", *(argv or [])]),
-                      "duration_s": time.perf_counter() - t0, "load_average_before": load_before, **result}
+            result = {
+                "preset": opts.preset,
+                "command": " ".join(["python -m bench", *(argv or [])]),
+                "duration_s": time.perf_counter() - t0,
+                "load_average_before": load_before,
+                **result,
+            }
             path = write_result(opts.out, name, result)
             png = module.plot(result, opts.out / f"{name}.png")
             rendered = module.render(result)
-            (opts.out / f"{name}.md").write_text(rendered + "\n")  # docs/performance.md's tables (python -m bench.readme)
+            (opts.out / f"{name}.md").write_text(
+                rendered + "\n"
+            )  # docs/performance.md's tables (python -m bench.readme)
             print(f"\n## {name}\n\n{rendered}\n\n{path}" + (f"\n{png}" if png else "") + "\n", flush=True)
             if result.get("failed"):
                 failed.append(name)

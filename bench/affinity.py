@@ -108,11 +108,13 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
         runs: dict = {name: [] for name in SYSTEMS}
         for rep in range(opts.repeats):
             names = list(SYSTEMS)
-            for name in names[rep % len(names):] + names[: rep % len(names)]:
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 m = await run_round(calls[name], f"Round {rep}. {system}", turns, tokens, words)  # starts cold
                 runs[name].append(m)
-                progress(f"affinity: repeat {rep + 1}/{opts.repeats} {name}: later turns cached "
-                         f"{m['later_turns_cached_share']:.0%}, TTFT p50 {m['later_turns_ttft_p50_ms']:.0f} ms")
+                progress(
+                    f"affinity: repeat {rep + 1}/{opts.repeats} {name}: later turns cached "
+                    f"{m['later_turns_cached_share']:.0%}, TTFT p50 {m['later_turns_ttft_p50_ms']:.0f} ms"
+                )
     finally:
         await http.aclose()
         for app in apps:
@@ -120,8 +122,13 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
     results = {name: {**median_over_repeats(r), "repeats": r} for name, r in runs.items()}
     ours, default = results["affinity_router"], results["serve_default_router"]
     return {
-        "model": model_dir.name, "replicas": REPLICAS, "conversations": CONVERSATIONS, "turns": turns,
-        "tokens_per_request": tokens, "system_prompt_chars": len(system), "words_per_user_turn": words,
+        "model": model_dir.name,
+        "replicas": REPLICAS,
+        "conversations": CONVERSATIONS,
+        "turns": turns,
+        "tokens_per_request": tokens,
+        "system_prompt_chars": len(system),
+        "words_per_user_turn": words,
         "repeats": opts.repeats,
         "results": results,
         "later_turns_ttft_vs_default": ratio(ours["later_turns_ttft_p50_ms"], default["later_turns_ttft_p50_ms"]),
@@ -129,15 +136,34 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
 
 
 def render(result: dict) -> str:
-    rows = [[SYSTEMS[name], m["later_turns_cached_share"], m["all_turns_cached_share"],
-             m["later_turns_ttft_p50_ms"], m["later_turns_ttft_p95_ms"], m["first_turn_ttft_p50_ms"]]
-            for name, m in result["results"].items()]
-    out = table(["router", "cached share, turns 2+", "cached share, all turns", "TTFT p50 ms, turns 2+",
-                 "p95 ms", "TTFT p50 ms, turn 1"], rows)
+    rows = [
+        [
+            SYSTEMS[name],
+            m["later_turns_cached_share"],
+            m["all_turns_cached_share"],
+            m["later_turns_ttft_p50_ms"],
+            m["later_turns_ttft_p95_ms"],
+            m["first_turn_ttft_p50_ms"],
+        ]
+        for name, m in result["results"].items()
+    ]
+    out = table(
+        [
+            "router",
+            "cached share, turns 2+",
+            "cached share, all turns",
+            "TTFT p50 ms, turns 2+",
+            "p95 ms",
+            "TTFT p50 ms, turn 1",
+        ],
+        rows,
+    )
     r = result["later_turns_ttft_vs_default"]
-    return out + f"\n\n{result['conversations']} conversations x {result['turns']} turns at a time on " \
-        f"{result['replicas']} LLM replicas, a {result['system_prompt_chars']}-character shared system prompt; " \
+    return (
+        out + f"\n\n{result['conversations']} conversations x {result['turns']} turns at a time on "
+        f"{result['replicas']} LLM replicas, a {result['system_prompt_chars']}-character shared system prompt; "
         f"TTFT p50 of turns 2+ with the affinity router / Serve's default: {'-' if r is None else f'{r:.3g}'}"
+    )
 
 
 def plot(result: dict, path: Path) -> Optional[Path]:
@@ -145,7 +171,9 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     if plt is None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    percentile_bars(axes[0], result["results"], "later_turns_ttft_p50_ms", "later_turns_ttft_p95_ms", "turns 2+: TTFT ms")
+    percentile_bars(
+        axes[0], result["results"], "later_turns_ttft_p50_ms", "later_turns_ttft_p95_ms", "turns 2+: TTFT ms"
+    )
     names = list(result["results"])
     axes[1].bar(names, [result["results"][n]["later_turns_cached_share"] for n in names])
     axes[1].set_title("turns 2+: share of prompt tokens cached")

@@ -44,8 +44,9 @@ def utterance_wavs(texts) -> list[tuple[bytes, float]]:
 
 async def transcribe(http: httpx.AsyncClient, url: str, wav: bytes) -> tuple[float, str]:
     start = time.perf_counter()
-    r = await http.post(f"{url}/v1/audio/transcriptions", files={"file": ("u.wav", wav, "audio/wav")},
-                        data={"response_format": "json"})
+    r = await http.post(
+        f"{url}/v1/audio/transcriptions", files={"file": ("u.wav", wav, "audio/wav")}, data={"response_format": "json"}
+    )
     if r.status_code != 200:
         raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.text[:300]}")
     return time.perf_counter() - start, r.json()["text"].strip()
@@ -64,8 +65,12 @@ async def one_round(http, url: str, clients: int, audio: list[tuple[bytes, float
     await asyncio.gather(*(client() for _ in range(clients)))
     wall = time.perf_counter() - t0
     audio_s = clients * sum(d for _, d in audio)
-    return {"x_real_time": audio_s / wall, "latency_p50_ms": percentile(latencies, 50) * 1000,
-            "latency_p95_ms": percentile(latencies, 95) * 1000, "wall_s": wall}
+    return {
+        "x_real_time": audio_s / wall,
+        "latency_p50_ms": percentile(latencies, 50) * 1000,
+        "latency_p95_ms": percentile(latencies, 95) * 1000,
+        "wall_s": wall,
+    }
 
 
 async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress) -> dict:
@@ -79,7 +84,9 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
     try:
         for mode in modes:
             args = {"enabled": True, "default_model": model, "mode": mode}
-            urls[mode] = cluster.deploy(f"bench-asr-{mode}", {"asr": args}, {"ASR": {"ray_actor_options": {"num_cpus": 0.5}}})
+            urls[mode] = cluster.deploy(
+                f"bench-asr-{mode}", {"asr": args}, {"ASR": {"ray_actor_options": {"num_cpus": 0.5}}}
+            )
             await wait_ready(urls[mode])
             progress(f"asr: mode {mode} is up")
         transcripts: dict = {mode: {} for mode in modes}
@@ -88,12 +95,14 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
             for mode in modes:  # warm-up
                 await one_round(http, urls[mode], 1, audio, transcripts[mode])
             for rep in range(opts.asr_rounds):
-                order = list(modes[rep % len(modes):]) + list(modes[: rep % len(modes)])
+                order = list(modes[rep % len(modes) :]) + list(modes[: rep % len(modes)])
                 for mode in order:
                     m = await one_round(http, urls[mode], clients, audio, transcripts[mode])
                     rounds[mode].append(m)
-                    progress(f"asr: round {rep + 1}/{opts.asr_rounds} {mode}: {m['x_real_time']:.2f}x real time, "
-                             f"p50 {m['latency_p50_ms']:.0f} ms")
+                    progress(
+                        f"asr: round {rep + 1}/{opts.asr_rounds} {mode}: {m['x_real_time']:.2f}x real time, "
+                        f"p50 {m['latency_p50_ms']:.0f} ms"
+                    )
     finally:
         for mode in urls:
             cluster.delete(f"bench-asr-{mode}")
@@ -102,27 +111,39 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
     results = {mode: {**median_over_repeats(rounds[mode]), "rounds": rounds[mode]} for mode in modes}
     speedup = ratio(results.get("offline", {}).get("x_real_time"), results["off"]["x_real_time"])
     return {
-        "model": model, "clients": clients, "utterances": [{"text": t, "seconds": d}
-                                                            for t, (_, d) in zip(UTTERANCES, audio)],
-        "modes": list(modes), "rounds": opts.asr_rounds, "results": results,
+        "model": model,
+        "clients": clients,
+        "utterances": [{"text": t, "seconds": d} for t, (_, d) in zip(UTTERANCES, audio)],
+        "modes": list(modes),
+        "rounds": opts.asr_rounds,
+        "results": results,
         "transcripts": {UTTERANCES[i]: texts for i, texts in heard.items()},
         "transcripts_identical": not mismatched,
         "failed": bool(mismatched),
-        "targets": {"offline_vs_off_throughput": {"value": speedup, "target": ">= 2.1",
-                                                  "met": None if speedup is None else speedup >= 2.1}},
+        "targets": {
+            "offline_vs_off_throughput": {
+                "value": speedup,
+                "target": ">= 2.1",
+                "met": None if speedup is None else speedup >= 2.1,
+            }
+        },
     }
 
 
 def render(result: dict) -> str:
     off = result["results"]["off"]["x_real_time"]
-    rows = [[mode, m["x_real_time"], ratio(m["x_real_time"], off), m["latency_p50_ms"], m["latency_p95_ms"]]
-            for mode, m in result["results"].items()]
+    rows = [
+        [mode, m["x_real_time"], ratio(m["x_real_time"], off), m["latency_p50_ms"], m["latency_p95_ms"]]
+        for mode, m in result["results"].items()
+    ]
     out = table(["ASR_MODE", "× real time", "× off", "latency p50 ms", "latency p95 ms"], rows)
     t = result["targets"]["offline_vs_off_throughput"]
     verdict = {True: "met", False: "MISSED", None: "-"}[t["met"]]
     value = "-" if t["value"] is None else f"{t['value']:.3g}"
-    return (f"{out}\n\nTranscripts identical across modes: {result['transcripts_identical']}\n"
-            f"- offline vs off throughput: {value} (target >= 2.1): {verdict}")
+    return (
+        f"{out}\n\nTranscripts identical across modes: {result['transcripts_identical']}\n"
+        f"- offline vs off throughput: {value} (target >= 2.1): {verdict}"
+    )
 
 
 def plot(result: dict, path: Path) -> Optional[Path]:

@@ -80,17 +80,30 @@ def summarize(records: list, timeline: list, seconds: float) -> dict:
     for i in range(int(seconds // BUCKET_S)):
         lo, hi = i * BUCKET_S, (i + 1) * BUCKET_S
         ttfa = [r["ttfa"] * 1000 for r in records if lo <= r["start"] < hi]
-        buckets.append({"t_s": lo, "completed_per_s": sum(lo <= r["end"] < hi for r in records) / BUCKET_S,
-                        "ttfa_p50_ms": percentile(ttfa, 50), "ttfa_p95_ms": percentile(ttfa, 95),
-                        "replicas": max((c for t, c in timeline if lo <= t < hi), default=None)})
+        buckets.append(
+            {
+                "t_s": lo,
+                "completed_per_s": sum(lo <= r["end"] < hi for r in records) / BUCKET_S,
+                "ttfa_p50_ms": percentile(ttfa, 50),
+                "ttfa_p95_ms": percentile(ttfa, 95),
+                "replicas": max((c for t, c in timeline if lo <= t < hi), default=None),
+            }
+        )
     first = sum(r["end"] < WINDOW_S for r in records)
     last = sum(seconds - WINDOW_S <= r["end"] < seconds for r in records)
     ttfa = [r["ttfa"] * 1000 for r in records]
-    return {"requests": len(records), "completed_per_s": sum(r["end"] < seconds for r in records) / seconds,
-            "first_window_completed": first, "last_window_completed": last, "last_over_first": ratio(last, first),
-            "ttfa_p50_ms": percentile(ttfa, 50), "ttfa_p95_ms": percentile(ttfa, 95),
-            "peak_replicas": max(c for _, c in timeline), "buckets": buckets,
-            "audio_bytes": sorted({r["bytes"] for r in records})}
+    return {
+        "requests": len(records),
+        "completed_per_s": sum(r["end"] < seconds for r in records) / seconds,
+        "first_window_completed": first,
+        "last_window_completed": last,
+        "last_over_first": ratio(last, first),
+        "ttfa_p50_ms": percentile(ttfa, 50),
+        "ttfa_p95_ms": percentile(ttfa, 95),
+        "peak_replicas": max(c for _, c in timeline),
+        "buckets": buckets,
+        "audio_bytes": sorted({r["bytes"] for r in records}),
+    }
 
 
 async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress) -> dict:
@@ -108,27 +121,70 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
             cluster.delete(app)
         results[name] = summarize(records, timeline, seconds)
         r = results[name]
-        progress(f"burst: {name}: {r['requests']} requests, {r['completed_per_s']:.1f}/s, last/first 20 s "
-                 f"{r['last_over_first']}, first audio p50 {r['ttfa_p50_ms']:.0f} ms, peak {r['peak_replicas']} replicas")
+        progress(
+            f"burst: {name}: {r['requests']} requests, {r['completed_per_s']:.1f}/s, last/first 20 s "
+            f"{r['last_over_first']}, first audio p50 {r['ttfa_p50_ms']:.0f} ms, peak {r['peak_replicas']} replicas"
+        )
     sizes = {size for r in results.values() for size in r["audio_bytes"]}
-    return {"model": TINY_TTS_ID, "clients": clients, "seconds": seconds, "results": results,
-            "throughput_speedup": ratio(results["autoscaling"]["completed_per_s"], results["one_replica"]["completed_per_s"]),
-            "failed": len(sizes) != 1}
+    return {
+        "model": TINY_TTS_ID,
+        "clients": clients,
+        "seconds": seconds,
+        "results": results,
+        "throughput_speedup": ratio(
+            results["autoscaling"]["completed_per_s"], results["one_replica"]["completed_per_s"]
+        ),
+        "failed": len(sizes) != 1,
+    }
 
 
 def render(result: dict) -> str:
-    rows = [[name, r["requests"], r["completed_per_s"], r["last_over_first"], r["ttfa_p50_ms"], r["ttfa_p95_ms"],
-             r["peak_replicas"]] for name, r in result["results"].items()]
-    out = table(["TTS", "requests", "completed/s", "last 20 s / first 20 s", "first audio p50 ms",
-                 "first audio p95 ms", "peak replicas"], rows)
-    over_time = table(["t s"] + [f"{n} {k}" for n in result["results"] for k in ("req/s", "TTFA p50 ms", "replicas")],
-                      [[b["t_s"]] + [x for n in result["results"] for x in (
-                          result["results"][n]["buckets"][i]["completed_per_s"], result["results"][n]["buckets"][i]["ttfa_p50_ms"],
-                          result["results"][n]["buckets"][i]["replicas"])]
-                       for i, b in enumerate(result["results"]["autoscaling"]["buckets"])])
+    rows = [
+        [
+            name,
+            r["requests"],
+            r["completed_per_s"],
+            r["last_over_first"],
+            r["ttfa_p50_ms"],
+            r["ttfa_p95_ms"],
+            r["peak_replicas"],
+        ]
+        for name, r in result["results"].items()
+    ]
+    out = table(
+        [
+            "TTS",
+            "requests",
+            "completed/s",
+            "last 20 s / first 20 s",
+            "first audio p50 ms",
+            "first audio p95 ms",
+            "peak replicas",
+        ],
+        rows,
+    )
+    over_time = table(
+        ["t s"] + [f"{n} {k}" for n in result["results"] for k in ("req/s", "TTFA p50 ms", "replicas")],
+        [
+            [b["t_s"]]
+            + [
+                x
+                for n in result["results"]
+                for x in (
+                    result["results"][n]["buckets"][i]["completed_per_s"],
+                    result["results"][n]["buckets"][i]["ttfa_p50_ms"],
+                    result["results"][n]["buckets"][i]["replicas"],
+                )
+            ]
+            for i, b in enumerate(result["results"]["autoscaling"]["buckets"])
+        ],
+    )
     s = result["throughput_speedup"]
-    return (f"{out}\n\n{result['clients']} clients for {result['seconds']:.0f} s: autoscaling / one replica throughput = "
-            + ("-" if s is None else f"{s:.3g}") + f"\n\n{over_time}")
+    return (
+        f"{out}\n\n{result['clients']} clients for {result['seconds']:.0f} s: autoscaling / one replica throughput = "
+        + ("-" if s is None else f"{s:.3g}")
+        + f"\n\n{over_time}"
+    )
 
 
 def plot(result: dict, path: Path) -> Optional[Path]:

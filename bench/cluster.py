@@ -26,7 +26,7 @@ class BenchCluster:
         self.cache_dir = Path(cache_dir)
         self.port: Optional[int] = None
 
-    def __enter__(self) -> "BenchCluster":
+    def __enter__(self) -> BenchCluster:
         import ray
         from ray import serve
 

@@ -50,7 +50,11 @@ def _probe_class():
             entered = time.time()
             import psutil
 
-            self.stamps = {"submitted": submitted, "process_created": psutil.Process().create_time(), "constructor": entered}
+            self.stamps = {
+                "submitted": submitted,
+                "process_created": psutil.Process().create_time(),
+                "constructor": entered,
+            }
             import ray.serve  # noqa: F401  (a replica's first import)
 
             self.stamps["serve_imported"] = time.time()
@@ -111,9 +115,12 @@ def import_profile(top: int = 12) -> list[dict]:
 
 async def scale_up_once(url: str) -> dict:
     """Load the one replica until the autoscaler adds one; when it showed STARTING and RUNNING."""
+
     async def speak(http: httpx.AsyncClient) -> None:
         while True:
-            r = await http.post(f"{url}/v1/audio/speech", json={"model": TINY_TTS_ID, "input": TEXT, "response_format": "pcm"})
+            r = await http.post(
+                f"{url}/v1/audio/speech", json={"model": TINY_TTS_ID, "input": TEXT, "response_format": "pcm"}
+            )
             r.raise_for_status()
 
     async with httpx.AsyncClient(timeout=600) as http:
@@ -158,24 +165,36 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
         cluster.delete(APP)
     median_steps = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
     total = {k: statistics.median(t[k] for t in totals) for k in totals[0]}
-    return {"model": TINY_TTS_ID, "rounds": rounds, "replica": total, "replica_all": totals,
-            "steps": median_steps, "steps_all": steps,
-            "serve_overhead_s": total["starting_to_running_s"] - median_steps["steps_total_s"],
-            "import_profile": import_profile()}
+    return {
+        "model": TINY_TTS_ID,
+        "rounds": rounds,
+        "replica": total,
+        "replica_all": totals,
+        "steps": median_steps,
+        "steps_all": steps,
+        "serve_overhead_s": total["starting_to_running_s"] - median_steps["steps_total_s"],
+        "import_profile": import_profile(),
+    }
 
 
 def render(result: dict) -> str:
     s = result["steps"]
-    rows = [["worker start (submit -> constructor)", s["worker_start_s"]], ["  of which process spawn", s["process_spawn_s"]],
-            ["import ray.serve", s["import_serve_s"]], [f"import {DEPLOYMENT_MODULE}", s["import_deployment_s"]],
-            ["import mlx.core, mlx_audio.tts.utils", s["import_mlx_audio_s"]],
-            ["model load (built-in tiny, warm-up included)", s["model_load_s"]],
-            ["the steps above", s["steps_total_s"]],
-            ["Serve's own (rest of STARTING -> RUNNING)", result["serve_overhead_s"]],
-            ["replica STARTING -> RUNNING", result["replica"]["starting_to_running_s"]],
-            ["load starts -> second replica RUNNING", result["replica"]["load_to_running_s"]]]
+    rows = [
+        ["worker start (submit -> constructor)", s["worker_start_s"]],
+        ["  of which process spawn", s["process_spawn_s"]],
+        ["import ray.serve", s["import_serve_s"]],
+        [f"import {DEPLOYMENT_MODULE}", s["import_deployment_s"]],
+        ["import mlx.core, mlx_audio.tts.utils", s["import_mlx_audio_s"]],
+        ["model load (built-in tiny, warm-up included)", s["model_load_s"]],
+        ["the steps above", s["steps_total_s"]],
+        ["Serve's own (rest of STARTING -> RUNNING)", result["serve_overhead_s"]],
+        ["replica STARTING -> RUNNING", result["replica"]["starting_to_running_s"]],
+        ["load starts -> second replica RUNNING", result["replica"]["load_to_running_s"]],
+    ]
     profile = table(["package", "own import s"], [[p["package"], p["self_s"]] for p in result["import_profile"]])
-    return table(["TTS replica cold start", "s (median)"], rows) + f"\n\nWhat a replica imports, by package:\n\n{profile}"
+    return (
+        table(["TTS replica cold start", "s (median)"], rows) + f"\n\nWhat a replica imports, by package:\n\n{profile}"
+    )
 
 
 def plot(result: dict, path: Path) -> None:

@@ -106,8 +106,12 @@ async def measure(worker: FakeWorker, base_url: str, n: int, concurrency: int) -
 async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
     worker = FakeWorker(served_model=SERVED).start()
     try:
-        args = {"scheduler_url": worker.url, "scheduler_token": worker.token,
-                "scheduler_models": [PUBLIC], "served_model": SERVED}
+        args = {
+            "scheduler_url": worker.url,
+            "scheduler_token": worker.token,
+            "scheduler_models": [PUBLIC],
+            "served_model": SERVED,
+        }
         url = cluster.deploy("bench-cuda", {"cuda": args})
         progress("cuda_proxy: graph with the CUDA route is up")
         n = 5 if opts.smoke else 50
@@ -123,8 +127,10 @@ def render(result: dict) -> str:
 
     rows = [[name, m["p50_ms"], m["p90_ms"], m["mean_ms"]] for name, m in result["results"].items() if "p50_ms" in m]
     c = result["results"]["graph_concurrent"]
-    return table(["path", "p50 ms", "p90 ms", "mean ms"], rows) + \
-        f"\n\n{c['requests']} requests, {c['concurrency']} at a time through the graph: {c['requests_per_s']} requests/s"
+    return (
+        table(["path", "p50 ms", "p90 ms", "mean ms"], rows)
+        + f"\n\n{c['requests']} requests, {c['concurrency']} at a time through the graph: {c['requests_per_s']} requests/s"
+    )
 
 
 def plot(result: dict, path: Path):

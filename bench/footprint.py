@@ -40,7 +40,9 @@ async def exercise(http: httpx.AsyncClient, image_size: dict) -> dict:
 
     wav, _ = utterance_wavs(["The quick brown fox jumps over the lazy dog."])[0]
     requests = {
-        "LLM": http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 32}),
+        "LLM": http.post(
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 32}
+        ),
         "ASR": http.post("/v1/audio/transcriptions", files={"file": ("u.wav", wav, "audio/wav")}),
         "TTS": http.post("/v1/audio/speech", json={"input": "A short sentence to speak.", "response_format": "wav"}),
         "Image": http.post("/v1/images/generations", json={"prompt": "a red fox", "steps": 2, **image_size}),
@@ -72,9 +74,14 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
             continue
         ask = reserved(options, name)
         peak = max(m["peak_rss_bytes"] for m in busy[name])
-        replicas[name] = {"idle_rss_bytes": idle[name][0]["rss_bytes"], "after_request_rss_bytes": busy[name][0]["rss_bytes"],
-                          "peak_rss_bytes": peak, "request_status": codes.get(name), **ask,
-                          "fits": ask["memory_bytes"] is None or peak <= ask["memory_bytes"]}
+        replicas[name] = {
+            "idle_rss_bytes": idle[name][0]["rss_bytes"],
+            "after_request_rss_bytes": busy[name][0]["rss_bytes"],
+            "peak_rss_bytes": peak,
+            "request_status": codes.get(name),
+            **ask,
+            "fits": ask["memory_bytes"] is None or peak <= ask["memory_bytes"],
+        }
         progress(f"footprint: {name}: idle {idle[name][0]['rss_bytes'] / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB")
     failed = any(not r["fits"] for r in replicas.values()) or any(c != 200 for c in codes.values())
     return {"replicas": replicas, "failed": failed}
@@ -84,10 +91,30 @@ def render(result: dict) -> str:
     def mib(v: Optional[int]):
         return None if v is None else v / MiB
 
-    rows = [[name, mib(r["idle_rss_bytes"]), mib(r["after_request_rss_bytes"]), mib(r["peak_rss_bytes"]),
-             mib(r["memory_bytes"]), r["num_cpus"], r["request_status"]] for name, r in result["replicas"].items()]
-    return table(["replica", "idle RSS MiB", "after a request MiB", "peak RSS MiB", "reserved memory MiB",
-                  "num_cpus", "request"], rows)
+    rows = [
+        [
+            name,
+            mib(r["idle_rss_bytes"]),
+            mib(r["after_request_rss_bytes"]),
+            mib(r["peak_rss_bytes"]),
+            mib(r["memory_bytes"]),
+            r["num_cpus"],
+            r["request_status"],
+        ]
+        for name, r in result["replicas"].items()
+    ]
+    return table(
+        [
+            "replica",
+            "idle RSS MiB",
+            "after a request MiB",
+            "peak RSS MiB",
+            "reserved memory MiB",
+            "num_cpus",
+            "request",
+        ],
+        rows,
+    )
 
 
 def plot(result: dict, path: Path) -> None:

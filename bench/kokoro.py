@@ -16,14 +16,16 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from bench.report import table, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = ("The quick brown fox jumps over the lazy dog, and then it rests in the warm afternoon sun. "
-        "Please schedule the meeting for Tuesday.")
+TEXT = (
+    "The quick brown fox jumps over the lazy dog, and then it rests in the warm afternoon sun. "
+    "Please schedule the meeting for Tuesday."
+)
 VOICE = "af_heart"
 # (op, input shape, weight shape, kwargs): the generator's dilated resblocks, its upsampling
 # transposed convs, a decoder block's 3-tap conv and the prosody predictor's depthwise pool.
@@ -63,10 +65,19 @@ def bench_ops(repeats: int) -> list[dict]:
         diff = float(mx.abs(mlx_op(x, w, **kwargs) - gemm_op(x, w, **kwargs)).max())
         # What the installed op runs: undilated, ungrouped conv1d stays MLX's own (a GEMM already).
         native = name == "conv1d" and kwargs.get("dilation", 1) == 1 and kwargs.get("groups", 1) == 1
-        rows.append({"op": name, "input": list(x_shape), "weight": list(w_shape), "args": kwargs,
-                     "installed": "mlx" if native else "gemm",
-                     "mlx_ms": t_mlx * 1e3, "gemm_ms": t_gemm * 1e3, "speedup": t_mlx / t_gemm,
-                     "max_abs_diff_e6": diff * 1e6})  # in millionths: the results keep 3 decimals
+        rows.append(
+            {
+                "op": name,
+                "input": list(x_shape),
+                "weight": list(w_shape),
+                "args": kwargs,
+                "installed": "mlx" if native else "gemm",
+                "mlx_ms": t_mlx * 1e3,
+                "gemm_ms": t_gemm * 1e3,
+                "speedup": t_mlx / t_gemm,
+                "max_abs_diff_e6": diff * 1e6,
+            }
+        )  # in millionths: the results keep 3 decimals
     return rows
 
 
@@ -108,8 +119,14 @@ def bench_synthesis(model_dir: Path, repeats: int) -> dict:
     install_cpu_kernels()
     run_mlx("mlx_audio_gemm_conv")
     systems["onnxruntime_int8"] = _onnxruntime(model.vocab, phonemes, np.asarray(style), repeats)
-    return {"text": TEXT, "voice": VOICE, "phonemes": len(phonemes), "g2p_s": g2p_s, "systems": systems,
-            "stock_vs_gemm_max_abs_diff": float(np.abs(audio["mlx_audio_stock"] - audio["mlx_audio_gemm_conv"]).max())}
+    return {
+        "text": TEXT,
+        "voice": VOICE,
+        "phonemes": len(phonemes),
+        "g2p_s": g2p_s,
+        "systems": systems,
+        "stock_vs_gemm_max_abs_diff": float(np.abs(audio["mlx_audio_stock"] - audio["mlx_audio_gemm_conv"]).max()),
+    }
 
 
 def _rtf(times: list[float], samples: int, rate: int = 24000) -> dict:
@@ -128,8 +145,11 @@ def _onnxruntime(vocab: dict, phonemes: str, style, repeats: int) -> dict:
     options.intra_op_num_threads = int(os.environ.get("OPENBLAS_NUM_THREADS") or os.cpu_count() or 1)
     session = ort.InferenceSession(read_onnx_bytes(), options, providers=["CPUExecutionProvider"])
     ids = [0, *[vocab[p] for p in phonemes if p in vocab], 0]
-    feeds = {"tokens": np.array([ids], dtype=np.int64), "style": style.reshape(1, -1).astype(np.float32),
-             "speed": np.array([1.0], dtype=np.float32)}
+    feeds = {
+        "tokens": np.array([ids], dtype=np.int64),
+        "style": style.reshape(1, -1).astype(np.float32),
+        "speed": np.array([1.0], dtype=np.float32),
+    }
     session.run(None, feeds)  # warm-up
     times, out = [], None
     for _ in range(repeats):
@@ -150,15 +170,34 @@ def measure(cache_dir: Path, repeats: int, progress=print) -> dict:
 
 
 def render(result: dict) -> str:
-    ops = table(["op", "input", "weight", "args", "MLX ms", "GEMM ms", "speed-up", "max diff (1e-6)", "installed"],
-                [[o["op"], "x".join(map(str, o["input"])), "x".join(map(str, o["weight"])),
-                  ",".join(f"{k}={v}" for k, v in o["args"].items()), o["mlx_ms"], o["gemm_ms"], o["speedup"],
-                  o["max_abs_diff_e6"], o["installed"]] for o in result["ops"]])
+    ops = table(
+        ["op", "input", "weight", "args", "MLX ms", "GEMM ms", "speed-up", "max diff (1e-6)", "installed"],
+        [
+            [
+                o["op"],
+                "x".join(map(str, o["input"])),
+                "x".join(map(str, o["weight"])),
+                ",".join(f"{k}={v}" for k, v in o["args"].items()),
+                o["mlx_ms"],
+                o["gemm_ms"],
+                o["speedup"],
+                o["max_abs_diff_e6"],
+                o["installed"],
+            ]
+            for o in result["ops"]
+        ],
+    )
     synth = result["synthesis"]
     rows = [[name, s["synthesis_s"], s["audio_s"], s["rtf"]] for name, s in synth["systems"].items()]
-    return ops + "\n\n" + table(["system", "synthesis s", "audio s", "RTF"], rows) + (
-        f"\n\nG2P (misaki, all systems): {synth['g2p_s']:.2f} s; stock vs GEMM audio max |diff| "
-        f"{synth['stock_vs_gemm_max_abs_diff']:.2g}")
+    return (
+        ops
+        + "\n\n"
+        + table(["system", "synthesis s", "audio s", "RTF"], rows)
+        + (
+            f"\n\nG2P (misaki, all systems): {synth['g2p_s']:.2f} s; stock vs GEMM audio max |diff| "
+            f"{synth['stock_vs_gemm_max_abs_diff']:.2g}"
+        )
+    )
 
 
 def plot(result: dict, path: Path):
@@ -178,8 +217,11 @@ def main(argv=None) -> int:
     opts = p.parse_args(argv)
     t0, load = time.perf_counter(), list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     result = measure(opts.cache_dir, opts.repeats)
-    result.update(command=" ".join(["python -m bench.kokoro", *(argv or sys.argv[1:])]),
-                  duration_s=time.perf_counter() - t0, load_average_before=load)
+    result.update(
+        command=" ".join(["python -m bench.kokoro", *(argv or sys.argv[1:])]),
+        duration_s=time.perf_counter() - t0,
+        load_average_before=load,
+    )
     path = write_result(opts.out, "kokoro", result)
     rendered = render(result)
     (opts.out / "kokoro.md").write_text(rendered + "\n")

@@ -20,17 +20,18 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable, Optional
+from typing import Optional
 
 import httpx
 
 from bench.cluster import BenchCluster, free_port, wait_ready
-from deployments import blas
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, parameter_count
 from bench.report import pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
+from deployments import blas
 
 SYSTEMS = ("graph", "mlx_lm_server", "in_process", "graph_no_batching")
 LABELS = {
@@ -169,8 +170,24 @@ class MlxLmServer:
     def __init__(self, model_dir: Path, tokens: int, log: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(self.port), "--temp", "0", "--max-tokens", str(tokens), "--log-level", "WARNING"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlx_lm",
+            "server",
+            "--model",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--temp",
+            "0",
+            "--max-tokens",
+            str(tokens),
+            "--log-level",
+            "WARNING",
+        ]
         self.log = open(log, "wb")
         # The peer multiplies with the BLAS this process chose (deployments/blas.py).
         env = blas.subprocess_env(blas.select())
@@ -256,13 +273,15 @@ async def measure(calls: dict, concurrency: list[int], repeats: int, tokens: int
         per_system: dict = {name: [] for name in calls}
         for rep in range(repeats):
             names = list(calls)
-            order = names[rep % len(names):] + names[: rep % len(names)]
+            order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
                 per_system[name].append(await run_wave(calls[name], c, round_id, tokens))
                 round_id += 1
                 m = per_system[name][-1]
-                progress(f"llm: c={c} repeat {rep + 1}/{repeats} {name}: {m['tokens_per_s']:.1f} tok/s, "
-                         f"TTFT p50 {m['ttft_p50_ms']:.0f} ms")
+                progress(
+                    f"llm: c={c} repeat {rep + 1}/{repeats} {name}: {m['tokens_per_s']:.1f} tok/s, "
+                    f"TTFT p50 {m['ttft_p50_ms']:.0f} ms"
+                )
         for name in calls:
             results[name][str(c)] = {**median_over_repeats(per_system[name]), "repeats": per_system[name]}
     return results
@@ -279,16 +298,29 @@ def targets(results: dict, concurrency: list[int]) -> dict:
     g, lim = get("graph", c_lo, "ttft_p50_ms"), get("in_process", c_lo, "ttft_p50_ms")
     ttft_over = None if g is None or lim is None else g - lim
     return {
-        f"tokens_per_s_vs_mlx_lm_server_at_{c_hi}": {"value": vs_peer, "target": ">= 1.2",
-                                                     "met": None if vs_peer is None else vs_peer >= 1.2},
-        f"tokens_per_s_vs_in_process_at_{c_hi}": {"value": vs_limit, "target": ">= 0.9",
-                                                  "met": None if vs_limit is None else vs_limit >= 0.9},
-        f"ttft_p50_over_in_process_ms_at_{c_lo}": {"value": ttft_over, "target": "<= 15",
-                                                   "met": None if ttft_over is None else ttft_over <= 15},
+        f"tokens_per_s_vs_mlx_lm_server_at_{c_hi}": {
+            "value": vs_peer,
+            "target": ">= 1.2",
+            "met": None if vs_peer is None else vs_peer >= 1.2,
+        },
+        f"tokens_per_s_vs_in_process_at_{c_hi}": {
+            "value": vs_limit,
+            "target": ">= 0.9",
+            "met": None if vs_limit is None else vs_limit >= 0.9,
+        },
+        f"ttft_p50_over_in_process_ms_at_{c_lo}": {
+            "value": ttft_over,
+            "target": "<= 15",
+            "met": None if ttft_over is None else ttft_over <= 15,
+        },
         "batching_speedup_at_max_concurrency": {
-            "value": ratio(get("graph", max(concurrency), "tokens_per_s"),
-                           get("graph_no_batching", max(concurrency), "tokens_per_s")),
-            "target": None, "met": None},
+            "value": ratio(
+                get("graph", max(concurrency), "tokens_per_s"),
+                get("graph_no_batching", max(concurrency), "tokens_per_s"),
+            ),
+            "target": None,
+            "met": None,
+        },
     }
 
 
@@ -302,7 +334,9 @@ def bench_model(opts, cache_dir: Path) -> tuple[str, Path, dict]:
     from deployments.hub import resolve_model_dir
     from deployments.llm.deployment import BUILTIN_LLMS, LLM_FILE_PATTERNS
 
-    model_dir = resolve_model_dir(opts.llm_model, builtins=BUILTIN_LLMS, cache_dir=cache_dir, allow_patterns=LLM_FILE_PATTERNS)
+    model_dir = resolve_model_dir(
+        opts.llm_model, builtins=BUILTIN_LLMS, cache_dir=cache_dir, allow_patterns=LLM_FILE_PATTERNS
+    )
     return opts.llm_model, model_dir, json.loads((model_dir / "config.json").read_text())
 
 
@@ -343,8 +377,12 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
                 except Exception:
                     pass
     return {
-        "model": {"id": model_id if opts.llm_model else None, "dir_name": model_dir.name,
-                  "parameters": parameter_count(config), "config": config},
+        "model": {
+            "id": model_id if opts.llm_model else None,
+            "dir_name": model_dir.name,
+            "parameters": parameter_count(config),
+            "config": config,
+        },
         "tokens_per_request": opts.tokens,
         "concurrency": opts.concurrency,
         "repeats": opts.repeats,
@@ -361,10 +399,31 @@ def render(result: dict) -> str:
         peer = res.get("mlx_lm_server", {}).get(str(c), {}).get("tokens_per_s")
         for system in result["systems"]:
             m = res[system][str(c)]
-            rows.append([c, LABELS[system], m["tokens_per_s"], ratio(m["tokens_per_s"], peer),
-                         m.get("prompt_tokens_per_s"), m["ttft_p50_ms"], m["ttft_p95_ms"], m["itl_p50_ms"]])
-    out = table(["streams", "system", "decode tok/s", "× mlx_lm.server", "prompt tok/s", "TTFT p50 ms", "TTFT p95 ms",
-                 "ITL p50 ms"], rows)
+            rows.append(
+                [
+                    c,
+                    LABELS[system],
+                    m["tokens_per_s"],
+                    ratio(m["tokens_per_s"], peer),
+                    m.get("prompt_tokens_per_s"),
+                    m["ttft_p50_ms"],
+                    m["ttft_p95_ms"],
+                    m["itl_p50_ms"],
+                ]
+            )
+    out = table(
+        [
+            "streams",
+            "system",
+            "decode tok/s",
+            "× mlx_lm.server",
+            "prompt tok/s",
+            "TTFT p50 ms",
+            "TTFT p95 ms",
+            "ITL p50 ms",
+        ],
+        rows,
+    )
     lines = [out, "", "Targets:"]
     for name, t in result["targets"].items():
         v = t["value"]
@@ -383,7 +442,9 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         series = result["results"][system]
         for ax, key in zip(axes, ("tokens_per_s", "ttft_p50_ms", "itl_p50_ms")):
             ax.plot(conc, [series[str(c)][key] for c in conc], marker="o", label=LABELS[system])
-    for ax, title in zip(axes, ("aggregate decode tokens/s", "time to first token p50 (ms)", "inter-token latency p50 (ms)")):
+    for ax, title in zip(
+        axes, ("aggregate decode tokens/s", "time to first token p50 (ms)", "inter-token latency p50 (ms)")
+    ):
         ax.set_xscale("log", base=2)
         ax.set_xticks(conc, [str(c) for c in conc])
         ax.set_xlabel("concurrent streams")
@@ -391,8 +452,9 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     name = result["model"].get("id") or f"{result['model']['parameters'] / 1e6:.0f}M-parameter Qwen3"
-    fig.suptitle(f"LLM serving, {name}, "
-                 f"{result['tokens_per_request']} tokens per request (medians of {result['repeats']})")
+    fig.suptitle(
+        f"LLM serving, {name}, {result['tokens_per_request']} tokens per request (medians of {result['repeats']})"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -99,7 +99,9 @@ def render(result: dict) -> str:
             continue
         for stage in result["stages"]:
             s = info["stages"][stage]
-            rows.append([slot, stage, _mib(s.get("rss_bytes")), _mib(s.get("mlx_active_bytes")), _mib(s.get("mlx_cache_bytes"))])
+            rows.append(
+                [slot, stage, _mib(s.get("rss_bytes")), _mib(s.get("mlx_active_bytes")), _mib(s.get("mlx_cache_bytes"))]
+            )
     return table(["slot", "stage", "RSS MiB", "MLX active MiB", "MLX cache MiB"], rows)
 
 

@@ -32,7 +32,9 @@ _FORMAT_VERSION = 1
 
 
 def parameter_count(config: dict) -> int:
-    h, layers, inter, vocab = (config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"))
+    h, layers, inter, vocab = (
+        config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+    )
     q = config["num_attention_heads"] * config["head_dim"]
     kv = config["num_key_value_heads"] * config["head_dim"]
     per_layer = h * q * 2 + h * kv * 2 + 3 * h * inter + 2 * h + 2 * config["head_dim"]

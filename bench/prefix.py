@@ -44,8 +44,14 @@ def system_prompt(words: int) -> str:
 
 
 def body(messages: list[dict], tokens: int) -> dict:
-    return {"messages": messages, "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    return {
+        "messages": messages,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 async def conversation_round(call, system: str, round_id: int, tokens: int) -> dict:
@@ -53,11 +59,18 @@ async def conversation_round(call, system: str, round_id: int, tokens: int) -> d
     prompt is in use all day), then CLIENTS conversations at once: their first turns (sharing
     the system prompt), then their second turns."""
     await call(body([{"role": "system", "content": system}, {"role": "user", "content": "Hello."}], tokens))
-    firsts = [[{"role": "system", "content": system}, {"role": "user", "content": f"Round {round_id}, client {i}: tell a story."}]
-              for i in range(CLIENTS)]
+    firsts = [
+        [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Round {round_id}, client {i}: tell a story."},
+        ]
+        for i in range(CLIENTS)
+    ]
     first = await asyncio.gather(*(call(body(m, tokens)) for m in firsts))
-    seconds = [m + [{"role": "assistant", "content": t.text}, {"role": "user", "content": "And then what happened?"}]
-               for m, t in zip(firsts, first)]
+    seconds = [
+        m + [{"role": "assistant", "content": t.text}, {"role": "user", "content": "And then what happened?"}]
+        for m, t in zip(firsts, first)
+    ]
     second = await asyncio.gather(*(call(body(m, tokens)) for m in seconds))
     out = {}
     for phase, timings in zip(PHASES, (first, second)):
@@ -94,16 +107,18 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
             calls[name] = lambda b, u=url: stream_chat(http, f"{u}/v1/chat/completions", b, keep_text=True)
             progress(f"prefix: {name} is up")
         runs: dict = {name: [] for name in SYSTEMS}
-        for name, call in calls.items():  # warm-up, with a system prompt no round uses
+        for call in calls.values():  # warm-up, with a system prompt no round uses
             await conversation_round(call, system_prompt(20), 0, tokens)
         for rep in range(opts.repeats):
             names = list(SYSTEMS)
-            for name in names[rep % len(names):] + names[: rep % len(names)]:
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 # A system prompt no system has seen: each round starts cold, then primes it.
                 m = await conversation_round(calls[name], f"Round {rep}. {system}", rep + 1, tokens)
                 runs[name].append(m)
-                progress(f"prefix: repeat {rep + 1}/{opts.repeats} {name}: shared system prompt TTFT p50 "
-                         f"{m['shared_system_prompt_ttft_p50_ms']:.0f} ms, second turn {m['second_turn_ttft_p50_ms']:.0f} ms")
+                progress(
+                    f"prefix: repeat {rep + 1}/{opts.repeats} {name}: shared system prompt TTFT p50 "
+                    f"{m['shared_system_prompt_ttft_p50_ms']:.0f} ms, second turn {m['second_turn_ttft_p50_ms']:.0f} ms"
+                )
     finally:
         await http.aclose()
         for stop in stoppers:
@@ -112,20 +127,35 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
             cluster.delete(app)
     results = {name: {**median_over_repeats(r), "repeats": r} for name, r in runs.items()}
     return {
-        "model": model_dir.name, "clients": CLIENTS, "tokens_per_request": tokens,
-        "system_prompt_chars": len(system), "repeats": opts.repeats, "results": results,
-        "second_turn_ttft_vs_cache_off": ratio(results["graph"]["second_turn_ttft_p50_ms"],
-                                               results["graph_no_prefix_cache"]["second_turn_ttft_p50_ms"]),
+        "model": model_dir.name,
+        "clients": CLIENTS,
+        "tokens_per_request": tokens,
+        "system_prompt_chars": len(system),
+        "repeats": opts.repeats,
+        "results": results,
+        "second_turn_ttft_vs_cache_off": ratio(
+            results["graph"]["second_turn_ttft_p50_ms"], results["graph_no_prefix_cache"]["second_turn_ttft_p50_ms"]
+        ),
     }
 
 
 def render(result: dict) -> str:
-    rows = [[SYSTEMS[name], m["shared_system_prompt_ttft_p50_ms"], m["shared_system_prompt_ttft_p95_ms"],
-             m["second_turn_ttft_p50_ms"], m["second_turn_ttft_p95_ms"]] for name, m in result["results"].items()]
+    rows = [
+        [
+            SYSTEMS[name],
+            m["shared_system_prompt_ttft_p50_ms"],
+            m["shared_system_prompt_ttft_p95_ms"],
+            m["second_turn_ttft_p50_ms"],
+            m["second_turn_ttft_p95_ms"],
+        ]
+        for name, m in result["results"].items()
+    ]
     out = table(["system", "shared system prompt: TTFT p50 ms", "p95 ms", "second turn: TTFT p50 ms", "p95 ms"], rows)
     r = result["second_turn_ttft_vs_cache_off"]
-    return out + f"\n\n{result['clients']} conversations at a time, a {result['system_prompt_chars']}-character system " \
+    return (
+        out + f"\n\n{result['clients']} conversations at a time, a {result['system_prompt_chars']}-character system "
         f"prompt; second-turn TTFT with the cache / without: {'-' if r is None else f'{r:.3g}'}"
+    )
 
 
 def plot(result: dict, path: Path) -> Optional[Path]:

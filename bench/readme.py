@@ -21,11 +21,14 @@ def block(scenario: str, results: Path = RESULTS, page: Path = PAGE) -> str:
         return "_Not measured yet._"
     meta = json.loads(js.read_text())
     m = meta["machine"]
-    lines = [f"Measured {meta['finished_at']} with `{meta['command']}` (preset `{meta['preset']}`, "
-             f"{meta['duration_s']:.0f} s) on {m['cpu']}, {m['cores']} cores, "
-             f"{(m['memory_bytes'] or 0) / 2**30:.0f} GiB; load average before "
-             f"{meta['load_average_before'][0]:.1f}, shared machine: {m['shared']}; BLAS: {_blas(m)}.", "",
-             md.read_text().strip()]
+    lines = [
+        f"Measured {meta['finished_at']} with `{meta['command']}` (preset `{meta['preset']}`, "
+        f"{meta['duration_s']:.0f} s) on {m['cpu']}, {m['cores']} cores, "
+        f"{(m['memory_bytes'] or 0) / 2**30:.0f} GiB; load average before "
+        f"{meta['load_average_before'][0]:.1f}, shared machine: {m['shared']}; BLAS: {_blas(m)}.",
+        "",
+        md.read_text().strip(),
+    ]
     if png.exists():
         # Relative to the page, so the link works wherever the repository is viewed.
         lines += ["", f"![{scenario}]({Path(os.path.relpath(png, page.parent)).as_posix()})"]

@@ -7,9 +7,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Sequence
 
 from bench.stats import rounded
 from deployments import blas
@@ -59,8 +59,12 @@ def machine() -> dict:
 def write_result(out_dir: Path, scenario: str, result: dict) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{scenario}.json"
-    body = {"scenario": scenario, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine(), **rounded(result)}
+    body = {
+        "scenario": scenario,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        **rounded(result),
+    }
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 
 def percentile(values: Iterable[float], q: float) -> Optional[float]:

@@ -20,16 +20,25 @@ from bench.cluster import BenchCluster, wait_ready
 from bench.report import percentile_bars, pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
 
-TEXT = ("The quick brown fox jumps over the lazy dog. A small model speaks this sentence for the benchmark. "
-        "Then it reads one more line, slowly and clearly.")
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A small model speaks this sentence for the benchmark. "
+    "Then it reads one more line, slowly and clearly."
+)
 
 
 def scaling(max_replicas: int) -> dict:
     # The ingress's handle reports load every metrics_interval_s (default 10 s: little reaction
     # within a burst). Ray 2.60 calls the field deprecated for RAY_SERVE_*_METRIC_PUSH_INTERVAL_S
     # env vars, which it does not read yet (docs/resources.md).
-    return {"min_replicas": 1, "max_replicas": max_replicas, "target_ongoing_requests": 1,
-            "upscale_delay_s": 1, "downscale_delay_s": 5, "look_back_period_s": 2, "metrics_interval_s": 0.5}
+    return {
+        "min_replicas": 1,
+        "max_replicas": max_replicas,
+        "target_ongoing_requests": 1,
+        "upscale_delay_s": 1,
+        "downscale_delay_s": 5,
+        "look_back_period_s": 2,
+        "metrics_interval_s": 0.5,
+    }
 
 
 def running_replicas(app: str) -> int:
@@ -62,8 +71,12 @@ async def burst(http, app: str, url: str, n: int, body: dict) -> tuple[dict, lis
     wall = time.perf_counter() - t0
     timeline.append((wall, running_replicas(app)))
     ttfa = [r["ttfa"] * 1000 for r in results]
-    metrics = {"ttfa_p50_ms": percentile(ttfa, 50), "ttfa_p95_ms": percentile(ttfa, 95), "total_s": wall,
-               "peak_replicas": max(c for _, c in timeline)}
+    metrics = {
+        "ttfa_p50_ms": percentile(ttfa, 50),
+        "ttfa_p95_ms": percentile(ttfa, 95),
+        "total_s": wall,
+        "peak_replicas": max(c for _, c in timeline),
+    }
     return metrics, timeline, {r["bytes"] for r in results}
 
 
@@ -96,22 +109,29 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
             for url in urls.values():  # warm-up
                 sizes |= {(await speak(http, url, body))["bytes"]}
             for rep in range(opts.asr_rounds):
-                for name in (list(variants) if rep % 2 == 0 else list(variants)[::-1]):
+                for name in list(variants) if rep % 2 == 0 else list(variants)[::-1]:
                     app = f"bench-tts-{name.replace('_', '-')}"
                     await back_to_one(app)
                     metrics, timeline, burst_sizes = await burst(http, app, urls[name], n, body)
                     sizes |= burst_sizes
                     runs[name].append(metrics)
                     timelines[name].append(timeline)
-                    progress(f"tts: burst {rep + 1}/{opts.asr_rounds} {name}: {metrics['total_s']:.1f} s, "
-                             f"first audio p50 {metrics['ttfa_p50_ms']:.0f} ms, peak {metrics['peak_replicas']} replicas")
+                    progress(
+                        f"tts: burst {rep + 1}/{opts.asr_rounds} {name}: {metrics['total_s']:.1f} s, "
+                        f"first audio p50 {metrics['ttfa_p50_ms']:.0f} ms, peak {metrics['peak_replicas']} replicas"
+                    )
     finally:
         for name in urls:
             cluster.delete(f"bench-tts-{name.replace('_', '-')}")
     results = {name: {**median_over_repeats(runs[name]), "bursts": runs[name]} for name in variants}
     return {
-        "model": model, "burst": n, "max_replicas": max_replicas, "bursts": opts.asr_rounds, "text_chars": len(body["input"]),
-        "results": results, "replica_timeline": {name: t[0] if t else [] for name, t in timelines.items()},
+        "model": model,
+        "burst": n,
+        "max_replicas": max_replicas,
+        "bursts": opts.asr_rounds,
+        "text_chars": len(body["input"]),
+        "results": results,
+        "replica_timeline": {name: t[0] if t else [] for name, t in timelines.items()},
         "audio_bytes_per_request": sorted(sizes),
         "failed": len(sizes) != 1,  # every request must have produced the same audio
         "total_time_speedup": ratio(results["single_replica"]["total_s"], results["autoscaling"]["total_s"]),
@@ -119,12 +139,15 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
 
 
 def render(result: dict) -> str:
-    rows = [[name, m["ttfa_p50_ms"], m["ttfa_p95_ms"], m["total_s"], m["peak_replicas"]]
-            for name, m in result["results"].items()]
+    rows = [
+        [name, m["ttfa_p50_ms"], m["ttfa_p95_ms"], m["total_s"], m["peak_replicas"]]
+        for name, m in result["results"].items()
+    ]
     out = table(["TTS", "first audio p50 ms", "first audio p95 ms", "burst total s", "peak replicas"], rows)
     s = result["total_time_speedup"]
-    return f"{out}\n\nBurst of {result['burst']}: single-replica total time / autoscaling total time = " + \
-        ("-" if s is None else f"{s:.3g}")
+    return f"{out}\n\nBurst of {result['burst']}: single-replica total time / autoscaling total time = " + (
+        "-" if s is None else f"{s:.3g}"
+    )
 
 
 def plot(result: dict, path: Path) -> Optional[Path]:

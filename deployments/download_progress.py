@@ -37,8 +37,13 @@ def finished(model_id: str) -> None:
 def progress_class(model_id: str) -> type:
     """A tqdm class for `snapshot_download(..., tqdm_class=...)` that reports on `model_id`."""
     with _lock:
-        _active[model_id] = {"bytes": 0, "total_bytes": None, "files": 0, "total_files": None,
-                             "started_at": time.time()}
+        _active[model_id] = {
+            "bytes": 0,
+            "total_bytes": None,
+            "files": 0,
+            "total_files": None,
+            "started_at": time.time(),
+        }
     return type("DownloadProgress", (_Progress,), {"model_id": model_id})
 
 

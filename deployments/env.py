@@ -15,8 +15,9 @@ docs/configuration.md lists this table next to every arg (generated: `python -m 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 Kind = Literal["text", "int", "flag", "list", "path"]
 HTTP_OPTIONS = "http_options."
@@ -46,8 +47,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("OMINIX_CORS_ORIGINS", "security.cors_origins", "Browser origins allowed (comma-separated)", "list"),
     EnvVar("OMINIX_MAX_CONNS", "security.max_concurrent_requests", "Requests in flight per ingress replica", "int"),
     EnvVar(
-        "OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS", "security.allow_unauthenticated_network_access",
-        "Serve on a non-loopback address without API keys", "flag",
+        "OMINIX_ALLOW_UNAUTHENTICATED_NETWORK_ACCESS",
+        "security.allow_unauthenticated_network_access",
+        "Serve on a non-loopback address without API keys",
+        "flag",
     ),
     EnvVar("LLM_MODEL", "llm.default_model", "The LLM slot's default model"),
     EnvVar("ASR_MODEL_DIR", "asr.default_model", "The ASR slot's default model"),
@@ -60,10 +63,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("IMAGE_MODEL", "image.default_model", "The image slot's default model (or `flux`, `zimage`)"),
     EnvVar("OMINIX_V0_SCHEDULER_URL", "cuda.scheduler_url", "CUDA route: the worker-v0 shim's base URL"),
     EnvVar("OMINIX_V0_SCHEDULER_TOKEN", "cuda.scheduler_token", "CUDA route: bearer token for the shim"),
-    EnvVar("OMINIX_V0_SCHEDULER_MODELS", "cuda.scheduler_models", "CUDA route: exact public model ids (comma-separated)"),
+    EnvVar(
+        "OMINIX_V0_SCHEDULER_MODELS", "cuda.scheduler_models", "CUDA route: exact public model ids (comma-separated)"
+    ),
     EnvVar("OMINIX_V0_SERVED_MODEL", "cuda.served_model", "CUDA route: the model id the worker must report"),
     EnvVar("OMINIX_V0_SCHEDULER_TIMEOUT_SECS", "cuda.scheduler_timeout_secs", "CUDA route: whole-request timeout"),
-    EnvVar("OMINIX_V0_CHAT_TEMPLATE_KWARGS_JSON", "cuda.chat_template_kwargs", "CUDA route: chat template kwargs (JSON)"),
+    EnvVar(
+        "OMINIX_V0_CHAT_TEMPLATE_KWARGS_JSON", "cuda.chat_template_kwargs", "CUDA route: chat template kwargs (JSON)"
+    ),
 )
 
 

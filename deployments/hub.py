@@ -10,8 +10,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Optional
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +76,7 @@ def resolve_model_dir(
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(
-            snapshot_download(model_id, allow_patterns=allow_patterns, local_files_only=True)
-        )
+        return Path(snapshot_download(model_id, allow_patterns=allow_patterns, local_files_only=True))
     except Exception:
         pass  # not cached (completely); try the hub
     from deployments.download_progress import finished, progress_class

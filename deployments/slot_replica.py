@@ -41,8 +41,12 @@ class SlotReplica:
         self.metrics = self.metrics_class()
         self.models = ReplicaModels(self.slot.name, self._load_engine, self.config.max_models_per_replica)
         self.agent = SlotAgent(
-            self.slot.name, control, load_default=self.models.get, unload_all=self.unload_all,
-            loaded_models=self.models.loaded, fallback_default=self.config.default_model,
+            self.slot.name,
+            control,
+            load_default=self.models.get,
+            unload_all=self.unload_all,
+            loaded_models=self.models.loaded,
+            fallback_default=self.config.default_model,
         )
         await self.setup()
         await self.agent.start()  # the slot's current default is loaded before the replica serves
@@ -73,7 +77,9 @@ class SlotReplica:
             logger.warning(
                 "%s slot serves the built-in model '%s': random weights, its output is "
                 "meaningless (it exercises the code path). For a real model: %s",
-                self.slot.label, model_id, self.slot.real_model_hint,
+                self.slot.label,
+                model_id,
+                self.slot.real_model_hint,
             )
         return engine
 
@@ -84,9 +90,7 @@ class SlotReplica:
 
     async def engine(self) -> Any:
         """The engine for the current request: the model it names, else the slot's default."""
-        return await self.models.for_request(
-            self.agent.default_model, self.config.allowed_models(), self.models_dir()
-        )
+        return await self.models.for_request(self.agent.default_model, self.config.allowed_models(), self.models_dir())
 
     async def unload_all(self) -> None:
         await self.models.unload_all()

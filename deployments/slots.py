@@ -14,8 +14,9 @@ only by the graph builder.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from deployments.asr.config import ASRSlotConfig
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
@@ -102,7 +103,9 @@ SLOTS: dict[str, Slot] = {
                 Route("/v1/completions", 20 * MiB, 300.0),
             ),
             engine=Engine(
-                "mlx-lm", "mlx-lm", "Chat and completions with continuous batching (mlx-lm BatchGenerator)",
+                "mlx-lm",
+                "mlx-lm",
+                "Chat and completions with continuous batching (mlx-lm BatchGenerator)",
                 ("chat", "completions", "streaming", "continuous_batching", "tool_use", "thinking", "multiplexing"),
             ),
         ),
@@ -117,7 +120,9 @@ SLOTS: dict[str, Slot] = {
             real_model_hint="the built-in whisper-tiny.en (the default)",
             routes=(Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),),
             engine=Engine(
-                "mlx-audio-stt", "mlx-audio", "Speech to text (Whisper and mlx-audio STT models)",
+                "mlx-audio-stt",
+                "mlx-audio",
+                "Speech to text (Whisper and mlx-audio STT models)",
                 ("transcription", "timestamps", "batching", "vad", "multilingual"),
             ),
         ),
@@ -136,7 +141,9 @@ SLOTS: dict[str, Slot] = {
                 Route("/v1/voices", 10 * MiB, 60.0, card=False),
             ),
             engine=Engine(
-                "mlx-audio-tts", "mlx-audio", "Text to speech (mlx-audio TTS models)",
+                "mlx-audio-tts",
+                "mlx-audio",
+                "Text to speech (mlx-audio TTS models)",
                 ("streaming", "voice_cloning", "websocket", "preset_voices"),
             ),
         ),
@@ -157,7 +164,9 @@ SLOTS: dict[str, Slot] = {
                 Route("/v1/models/quantize", 64 * 1024, 600.0, card=False),
             ),
             engine=Engine(
-                "mflux", "mflux", "Image generation (FLUX.2-klein via mflux)",
+                "mflux",
+                "mflux",
+                "Image generation (FLUX.2-klein via mflux)",
                 ("text_to_image", "image_to_image", "quantization"),
             ),
         ),

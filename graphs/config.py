@@ -8,8 +8,9 @@ deployments/env.py). The HTTP port is Ray Serve's `http_options.port` in serve_c
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -53,17 +54,13 @@ class GraphArgsBase(BaseModel):
     cache_dir: Optional[str] = Field(
         None, description="Where built-in models are generated (default ~/.cache/ominix-serve)"
     )
-    check_models: bool = Field(
-        True, description="Fail start-up when a configured model is neither local nor reachable"
-    )
+    check_models: bool = Field(True, description="Fail start-up when a configured model is neither local nor reachable")
     security: SecurityArgs = Field(default_factory=SecurityArgs)
-    cuda: CudaArgs = Field(
-        default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)"
-    )
+    cuda: CudaArgs = Field(default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)")
     manifest: Optional[str] = Field(None, description="App manifest (ominix.toml) checked at start-up")
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> "GraphArgsBase":
+    def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> GraphArgsBase:
         """The args with the environment's overrides applied (deployments/env.py: one rule)."""
         targets = env.overrides(environ)
         try:

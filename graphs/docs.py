@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
@@ -88,8 +89,10 @@ def render() -> str:
     lines += ["", "## Serve options each slot's args decide", ""]
     lines += [
         "graphs/omni.py `slot_options` sets these from the slot's args; serve_config.yaml leaves "
-        "them out (a value there overrides them on purpose).", "",
-        "| slot | deployment | max_ongoing_requests with the defaults |", "|---|---|---|",
+        "them out (a value there overrides them on purpose).",
+        "",
+        "| slot | deployment | max_ongoing_requests with the defaults |",
+        "|---|---|---|",
     ]
     for name, slot in SLOTS.items():
         lines.append(f"| {name} | `{slot.deployment_name}` | {slot.config().max_ongoing_requests()} |")

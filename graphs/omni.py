@@ -89,8 +89,13 @@ def check_app_manifest(config: GraphArgs) -> None:
     """Stop start-up (ManifestError listing every problem) when the app manifest is not met."""
     manifest = check_manifest(config.manifest, __version__, categories(registry(config.slots())))
     if manifest is not None:
-        logger.info("App manifest %s: '%s' %s, all %d requirements met",
-                    manifest.path, manifest.name, manifest.version, len(manifest.requires))
+        logger.info(
+            "App manifest %s: '%s' %s, all %d requirements met",
+            manifest.path,
+            manifest.name,
+            manifest.version,
+            len(manifest.requires),
+        )
 
 
 def _check_models(config: GraphArgs) -> None:

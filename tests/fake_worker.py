@@ -85,7 +85,7 @@ class FakeWorker:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> "FakeWorker":
+    def start(self) -> FakeWorker:
         config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="fake-worker", daemon=True)
@@ -148,9 +148,7 @@ class FakeWorker:
         if not self._authorized(request) or self.behaviour == "probe_401":
             return self._error(401, "missing or invalid bearer token")
         served = "some/other-model" if self.behaviour == "wrong_model" else self.served_model
-        return JSONResponse(
-            {"served_model_name": served, "is_generation": self.behaviour != "not_generation"}
-        )
+        return JSONResponse({"served_model_name": served, "is_generation": self.behaviour != "not_generation"})
 
     async def _abort(self, request: Request) -> Response:
         if not self._authorized(request):

@@ -9,10 +9,9 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from deployments.control.policy import SlotModelsConfig
-
 from deployments.asr.tiny_model import TINY_WHISPER_ID
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
+from deployments.control.policy import SlotModelsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +31,13 @@ MODES = {
     "offline": BatchingMode("offline", 32, 0.150),
 }
 MODE_ALIASES = {
-    "none": "off", "1": "off",
+    "none": "off",
+    "1": "off",
     "low-latency": "interactive",
-    "balanced": "conversational", "default": "conversational",
-    "batch": "offline", "throughput": "offline",
+    "balanced": "conversational",
+    "default": "conversational",
+    "batch": "offline",
+    "throughput": "offline",
 }
 DEFAULT_MODE = "conversational"
 
@@ -66,7 +68,9 @@ class ASRSlotConfig(SlotModelsConfig):
         default_factory=lambda: [TINY_WHISPER_ID],
         description="Other model ids requests may name (the allow-list)",
     )
-    max_models_per_replica: int = Field(2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)")
+    max_models_per_replica: int = Field(
+        2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)"
+    )
     mode: str = Field(DEFAULT_MODE, description="off | interactive | conversational | offline")
     max_batch: Optional[int] = Field(None, ge=1, description="Overrides the mode's batch size")
     dtype: Literal["auto", "float16", "float32"] = Field(
@@ -75,9 +79,7 @@ class ASRSlotConfig(SlotModelsConfig):
     max_upload_mb: float = Field(100.0, gt=0, description="Larger audio uploads are a 413")
     max_duration_s: float = Field(3 * 3600.0, gt=0, description="Longer audio is a 400")
     max_chunk_s: float = Field(30.0, gt=1, le=30, description="Longest piece VAD hands the model")
-    files_dir: Optional[str] = Field(
-        None, description="JSON requests may name server files inside this directory only"
-    )
+    files_dir: Optional[str] = Field(None, description="JSON requests may name server files inside this directory only")
 
     @field_validator("mode")
     @classmethod

@@ -19,9 +19,9 @@ from typing import Optional
 import numpy as np
 from ray import serve
 
+from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
 from deployments.asr.metrics import TranscriptionMetrics
-from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
 from deployments.asr.transcript import Transcript
 from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.protocol.errors import invalid_request
@@ -51,8 +51,12 @@ class ASRSlot(SlotReplica):
         mode = self.config.batching()
         self._batched.set_max_batch_size(mode.max_batch_size)
         self._batched.set_batch_wait_timeout_s(mode.wait_s)
-        logger.info("ASR batching mode %s: batches of up to %d, %.0f ms wait",
-                    mode.name, mode.max_batch_size, mode.wait_s * 1000)
+        logger.info(
+            "ASR batching mode %s: batches of up to %d, %.0f ms wait",
+            mode.name,
+            mode.max_batch_size,
+            mode.wait_s * 1000,
+        )
 
     async def start_engine(self, model_id: str, model_dir: Path) -> ASREngine:
         engine_config = EngineConfig(
@@ -69,8 +73,10 @@ class ASRSlot(SlotReplica):
         started = time.perf_counter()
         engine = await self.engine()
         options = TranscribeOptions(
-            language=params.language, prompt=params.prompt,
-            temperature=params.temperature, word_timestamps=params.word_timestamps,
+            language=params.language,
+            prompt=params.prompt,
+            temperature=params.temperature,
+            word_timestamps=params.word_timestamps,
         )
         engine.check_options(options)
         if audio is None:

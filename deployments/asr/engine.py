@@ -16,9 +16,10 @@ import inspect
 import json
 import logging
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Hashable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -93,8 +94,7 @@ class ASREngine(EngineThread[TranscriptionJob]):
         """Reject what this model cannot do, before the request joins a batch."""
         if options.language and not self.multilingual and options.language.lower() not in ("en", "english"):
             raise invalid_request(
-                f"Model '{self.model_id}' transcribes English only; language "
-                f"'{options.language}' is not supported.",
+                f"Model '{self.model_id}' transcribes English only; language '{options.language}' is not supported.",
                 "language",
             )
 
@@ -117,8 +117,13 @@ class ASREngine(EngineThread[TranscriptionJob]):
         if self.is_whisper:
             self.multilingual = bool(self._model.is_multilingual)
             self._set_whisper_dtype(self.config.dtype)
-        logger.info("Loaded ASR model %s (%s) from %s in %.1fs", self.model_id, self.model_type,
-                    self.model_dir, time.perf_counter() - t0)
+        logger.info(
+            "Loaded ASR model %s (%s) from %s in %.1fs",
+            self.model_id,
+            self.model_type,
+            self.model_dir,
+            time.perf_counter() - t0,
+        )
 
     def _set_whisper_dtype(self, name: str) -> None:
         """mlx-audio builds whisper in float16; on a CPU float32 is faster (measured)."""
@@ -206,9 +211,18 @@ class ASREngine(EngineThread[TranscriptionJob]):
         parts = segments_from_tokens(result.tokens, vocab, tokenizer.decode, window_s)
         seek = int(chunk.start // HOP_LENGTH)
         segments = [
-            Segment(id=0, start=s, end=e, text=text, seek=seek, tokens=toks,
-                    temperature=result.temperature, avg_logprob=result.avg_logprob,
-                    compression_ratio=result.compression_ratio, no_speech_prob=result.no_speech_prob)
+            Segment(
+                id=0,
+                start=s,
+                end=e,
+                text=text,
+                seek=seek,
+                tokens=toks,
+                temperature=result.temperature,
+                avg_logprob=result.avg_logprob,
+                compression_ratio=result.compression_ratio,
+                no_speech_prob=result.no_speech_prob,
+            )
             for s, e, toks, text in parts
         ]
         if options.word_timestamps and segments:
@@ -222,8 +236,12 @@ class ASREngine(EngineThread[TranscriptionJob]):
 
         dicts = [{"seek": 0, "start": s.start, "end": s.end, "tokens": s.tokens} for s in segments]
         add_word_timestamps(
-            segments=dicts, model=self._model, tokenizer=tokenizer, mel=mel,
-            num_frames=min(mel.shape[0], round(window_s * FRAMES_PER_SECOND)), last_speech_timestamp=0.0,
+            segments=dicts,
+            model=self._model,
+            tokenizer=tokenizer,
+            mel=mel,
+            num_frames=min(mel.shape[0], round(window_s * FRAMES_PER_SECOND)),
+            last_speech_timestamp=0.0,
         )
         for segment, d in zip(segments, dicts):
             segment.start, segment.end = d["start"], d["end"]
@@ -253,4 +271,3 @@ class ASREngine(EngineThread[TranscriptionJob]):
         params = inspect.signature(self._model.generate).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         return {k: v for k, v in wanted.items() if v is not None and (k in params or takes_any)}
-

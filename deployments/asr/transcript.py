@@ -4,8 +4,9 @@ whisper's timestamp tokens become segments. Pure Python: no Ray, no MLX."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 
 @dataclass
@@ -30,12 +31,16 @@ class Segment:
     no_speech_prob: float = 0.0
     words: Optional[list[Word]] = None
 
-    def shifted(self, offset_s: float) -> "Segment":
+    def shifted(self, offset_s: float) -> Segment:
         """This segment moved from window time to input time (plain floats, JSON-safe)."""
-        words = None if self.words is None else [
-            Word(w.word, _seconds(w.start + offset_s), _seconds(w.end + offset_s), _finite(w.probability))
-            for w in self.words
-        ]
+        words = (
+            None
+            if self.words is None
+            else [
+                Word(w.word, _seconds(w.start + offset_s), _seconds(w.end + offset_s), _finite(w.probability))
+                for w in self.words
+            ]
+        )
         fields = {**asdict(self), "words": words}
         fields.update(start=_seconds(self.start + offset_s), end=_seconds(self.end + offset_s))
         for name in ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob"):
@@ -63,7 +68,7 @@ class Transcript:
         return [w for s in self.segments for w in (s.words or [])]
 
     @classmethod
-    def join(cls, segments: list[Segment], language: Optional[str], duration: float) -> "Transcript":
+    def join(cls, segments: list[Segment], language: Optional[str], duration: float) -> Transcript:
         """Number the segments in order and join their texts into the transcript's text."""
         for i, segment in enumerate(segments):
             segment.id = i

@@ -100,7 +100,7 @@ def _memfd_with(data: bytes) -> int | None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
     except OSError:
         os.close(fd)

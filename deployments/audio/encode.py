@@ -67,9 +67,13 @@ def wav_header(sample_rate: int, data_bytes: Optional[int] = None) -> bytes:
     data_size = _UNKNOWN_SIZE if data_bytes is None else data_bytes
     riff_size = _UNKNOWN_SIZE if data_bytes is None else 36 + data_bytes
     return (
-        b"RIFF" + struct.pack("<I", riff_size) + b"WAVE"
-        + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-        + b"data" + struct.pack("<I", data_size)
+        b"RIFF"
+        + struct.pack("<I", riff_size)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", data_size)
     )
 
 
@@ -151,9 +155,23 @@ def _soundfile(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
 
 def _ffmpeg_aac(samples: np.ndarray, sample_rate: int) -> bytes:
     cmd = [
-        "ffmpeg", "-hide_banner", "-loglevel", "error",
-        "-f", "s16le", "-ar", str(sample_rate), "-ac", "1", "-i", "pipe:0",
-        "-c:a", "aac", "-f", "adts", "pipe:1",
+        "ffmpeg",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-f",
+        "s16le",
+        "-ar",
+        str(sample_rate),
+        "-ac",
+        "1",
+        "-i",
+        "pipe:0",
+        "-c:a",
+        "aac",
+        "-f",
+        "adts",
+        "pipe:1",
     ]
     result = subprocess.run(cmd, input=to_pcm16(samples), capture_output=True, timeout=120)
     if result.returncode != 0:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from typing import Awaitable, Callable, Optional
+from collections.abc import Awaitable, Callable
+from typing import Optional
 
 from deployments.control.state import LOADED, Desired, ReplicaReport
 

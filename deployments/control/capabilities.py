@@ -10,9 +10,10 @@ graph whose TTS slot is off.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Iterable, Optional
+from typing import Optional
 
 from deployments.slots import SLOTS
 
@@ -41,8 +42,11 @@ def registry(enabled_slots: Iterable[str]) -> dict[str, dict]:
         installed = _installed_version(engine.package)
         if installed is not None:
             out[engine.name] = {
-                "name": engine.name, "version": installed, "category": name,
-                "description": engine.description, "capabilities": list(engine.capabilities),
+                "name": engine.name,
+                "version": installed,
+                "category": name,
+                "description": engine.description,
+                "capabilities": list(engine.capabilities),
             }
     return out
 

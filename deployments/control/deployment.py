@@ -19,11 +19,10 @@ from ray import serve
 
 from deployments.control.state import ControlState, Desired, ReplicaReport
 from deployments.ray_internals import session_dir
-from deployments.slots import SLOTS
 from deployments.resources import reserve
+from deployments.slots import SLOTS
 
 logger = logging.getLogger("ray.serve")
-
 
 
 def state_file(session_dir: Path, app: str, build_id: str) -> Path:
@@ -60,7 +59,7 @@ class Control:
         if self.state.desired[slot].epoch <= epoch:
             try:
                 await asyncio.wait_for(self._changed[slot].wait(), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return self.state.desired[slot]
 

@@ -7,8 +7,9 @@ a path that tries to climb out (`..`, an absolute path elsewhere) is a 400.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,13 +23,11 @@ class SlotModelsConfig(BaseModel):
 
     enabled: bool = Field(True, description="False: the slot is not bound and its routes answer 404 slot_disabled")
     default_model: str = Field(..., description="Served when a request names no model; loaded at start-up")
-    models: list[str] = Field(
-        default_factory=list, description="Other model ids requests may name (the allow-list)"
+    models: list[str] = Field(default_factory=list, description="Other model ids requests may name (the allow-list)")
+    models_dir: Optional[str] = Field(None, description="Local model directories under this path may be loaded too")
+    max_models_per_replica: int = Field(
+        1, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)"
     )
-    models_dir: Optional[str] = Field(
-        None, description="Local model directories under this path may be loaded too"
-    )
-    max_models_per_replica: int = Field(1, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)")
 
     def allowed_models(self) -> list[str]:
         return list(dict.fromkeys([self.default_model, *self.models]))
@@ -51,7 +50,9 @@ def check_model_allowed(model: str, allowed_ids: Sequence[str], models_dir: Opti
     if models_dir and _is_inside(model, models_dir):
         return
     if Path(model).is_absolute() or model.startswith("~"):
-        raise APIError(400, f"Model path '{model}' is outside the allowed models directory", "invalid_request_error", "model")
+        raise APIError(
+            400, f"Model path '{model}' is outside the allowed models directory", "invalid_request_error", "model"
+        )
     raise APIError(
         403,
         f"Model '{model}' is not allowed for slot '{slot}' by server configuration",

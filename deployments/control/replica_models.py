@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Awaitable, Callable, Generic, Optional, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Optional, TypeVar
 
 from ray import serve
 
@@ -35,9 +36,9 @@ class ReplicaModels(Generic[Engine]):
             return engine
 
         self._loader = load_model
-        self.get: Callable[[str], Awaitable[Engine]] = serve.multiplexed(
-            max_num_models_per_replica=max_models
-        )(load_model)
+        self.get: Callable[[str], Awaitable[Engine]] = serve.multiplexed(max_num_models_per_replica=max_models)(
+            load_model
+        )
 
     def engines(self) -> list[Engine]:
         return [e for e in list(self._engines) if not e.closed]

@@ -45,15 +45,33 @@ def disk_report(models_dirs: dict[str, str]) -> dict:
                 continue
             newest = max(repo.revisions, key=lambda r: r.last_modified, default=None)
             slot = slot_of(Path(newest.snapshot_path)) if newest else None
-            entries.append({"id": repo.repo_id, "slot": slot, "source": "huggingface_cache", "size_bytes": repo.size_on_disk, "path": str(repo.repo_path)})
+            entries.append(
+                {
+                    "id": repo.repo_id,
+                    "slot": slot,
+                    "source": "huggingface_cache",
+                    "size_bytes": repo.size_on_disk,
+                    "path": str(repo.repo_path),
+                }
+            )
     except Exception:  # no cache yet
         pass
-    roots = [("builtin_cache", default_cache_dir())] + [("models_dir", Path(d).expanduser()) for d in models_dirs.values()]
+    roots = [("builtin_cache", default_cache_dir())] + [
+        ("models_dir", Path(d).expanduser()) for d in models_dirs.values()
+    ]
     for source, root in roots:
         if not root.is_dir():
             continue
         for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            entries.append({"id": str(model_dir), "slot": slot_of(model_dir), "source": source, "size_bytes": _dir_size(model_dir), "path": str(model_dir)})
+            entries.append(
+                {
+                    "id": str(model_dir),
+                    "slot": slot_of(model_dir),
+                    "source": source,
+                    "size_bytes": _dir_size(model_dir),
+                    "path": str(model_dir),
+                }
+            )
     by_slot: dict[str, list] = {}
     for entry in entries:
         by_slot.setdefault(entry["slot"] or "unknown", []).append(entry)

@@ -42,9 +42,7 @@ class ReplicaReport(BaseModel):
 
 class ControlState:
     def __init__(self, defaults: dict[str, str], state_file: Optional[Path] = None):
-        self.desired: dict[str, Desired] = {
-            slot: Desired(slot=slot, model=model) for slot, model in defaults.items()
-        }
+        self.desired: dict[str, Desired] = {slot: Desired(slot=slot, model=model) for slot, model in defaults.items()}
         self.reports: dict[str, ReplicaReport] = {}
         self.state_file = state_file
         self._restore()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any, Optional
 
 import httpx
 
@@ -196,9 +197,7 @@ class ShimClient:
         """POST /abort_request once, 2 s at most; failures are logged, never raised."""
         try:
             async with asyncio.timeout(ABORT_TIMEOUT_S):
-                await self._http.post(
-                    "/abort_request", json=abort_envelope(request_id), timeout=ABORT_TIMEOUT_S
-                )
+                await self._http.post("/abort_request", json=abort_envelope(request_id), timeout=ABORT_TIMEOUT_S)
         except Exception as e:
             logger.warning("abort of CUDA request %s failed: %s", request_id, _describe(e))
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Optional, Union
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
@@ -116,8 +117,7 @@ def check_no_collision(route: CudaRoute, local_llm_ids: list[str]) -> None:
     for model in route.models:
         if model in local_llm_ids:
             raise CudaConfigError(
-                "LLM_MODEL collides with an exact OminiX-SGLang route; "
-                f"configure one backend for model {model}"
+                f"LLM_MODEL collides with an exact OminiX-SGLang route; configure one backend for model {model}"
             )
 
 
@@ -136,7 +136,7 @@ def _base_url(value: str) -> str:
     try:
         parts = urlsplit(value)
         host = parts.hostname
-        parts.port  # raises on a malformed port
+        _ = parts.port  # raises on a malformed port
     except ValueError as e:
         raise CudaConfigError(f"{URL_VAR} must be a valid URL: {e}") from None
     if parts.scheme not in ("http", "https"):
@@ -150,9 +150,7 @@ def _base_url(value: str) -> str:
     if parts.path not in ("", "/"):
         raise CudaConfigError(f"{URL_VAR} must be the shim base URL without a path")
     if parts.scheme == "http" and host not in LOOPBACK_HOSTS:
-        raise CudaConfigError(
-            f"{URL_VAR} may use plaintext HTTP only on loopback; use HTTPS for a remote worker"
-        )
+        raise CudaConfigError(f"{URL_VAR} may use plaintext HTTP only on loopback; use HTTPS for a remote worker")
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -196,7 +194,5 @@ def _kwargs(value: Optional[str]) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise CudaConfigError(f"{KWARGS_VAR} must be a JSON object: {e}") from None
     if not isinstance(parsed, dict):
-        raise CudaConfigError(
-            f"{KWARGS_VAR} must be a JSON object: got {type(parsed).__name__}"
-        )
+        raise CudaConfigError(f"{KWARGS_VAR} must be a JSON object: got {type(parsed).__name__}")
     return parsed

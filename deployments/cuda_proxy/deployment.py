@@ -6,7 +6,7 @@ only network I/O, so it reserves almost no CPU and takes many requests at once.
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from ray import serve
 

@@ -152,9 +152,7 @@ def new_request_id() -> str:
     return f"ominix-{uuid.uuid4().hex}"
 
 
-def generate_envelope(
-    request: CudaChatRequest, request_id: str, route: CudaRoute, stream: bool
-) -> dict[str, Any]:
+def generate_envelope(request: CudaChatRequest, request_id: str, route: CudaRoute, stream: bool) -> dict[str, Any]:
     """The POST /generate body: the served id, never the public one."""
     sampling: dict[str, Any] = {
         "max_new_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_NEW_TOKENS

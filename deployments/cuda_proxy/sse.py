@@ -44,11 +44,7 @@ class SSEDecoder:
 
     def _next_frame(self) -> bytes | None:
         start = max(0, self._scanned - _LONGEST_SEPARATOR + 1)
-        found = [
-            (index, len(sep))
-            for sep in _SEPARATORS
-            if (index := self._buffer.find(sep, start)) >= 0
-        ]
+        found = [(index, len(sep)) for sep in _SEPARATORS if (index := self._buffer.find(sep, start)) >= 0]
         if not found:
             self._scanned = len(self._buffer)
             return None
@@ -72,7 +68,7 @@ def _frame_data(frame: bytes) -> str | None:
         if line.startswith(":"):
             continue
         if line == "data" or line.startswith("data:"):
-            value = line[len("data:"):]
+            value = line[len("data:") :]
             data_lines.append(value[1:] if value.startswith(" ") else value)
         # event:, id:, retry: and unknown fields carry nothing the worker protocol uses
     return "\n".join(data_lines) if data_lines else None

@@ -26,7 +26,7 @@ class ImageSlotConfig(SlotModelsConfig):
     # (default <cache_dir>/image/models). max_models_per_replica stays 1: image models are GBs.
 
     @model_validator(mode="after")
-    def _default_by_alias(self) -> "ImageSlotConfig":
+    def _default_by_alias(self) -> ImageSlotConfig:
         # OminiX-API's IMAGE_MODEL=flux|zimage (or the same in the args) names the model.
         self.default_model = self.resolve_alias(self.default_model)
         return self

@@ -35,8 +35,14 @@ class ImageSlot(SlotReplica):
     # What mflux reads from a Hugging Face repo (FLUX.2-klein, Z-Image: diffusers layout); the
     # single-file checkpoint some repos also carry at their root is not needed.
     file_patterns = [
-        "*.json", "*.jinja", "*.txt",
-        "vae/*", "transformer/*", "text_encoder/*", "tokenizer/*", "tokenizer/**",
+        "*.json",
+        "*.jinja",
+        "*.txt",
+        "vae/*",
+        "transformer/*",
+        "text_encoder/*",
+        "tokenizer/*",
+        "tokenizer/**",
     ]
     metrics_class = ImageMetrics
 
@@ -51,8 +57,11 @@ class ImageSlot(SlotReplica):
 
     def engine_summary(self, engine: ImageEngine) -> dict[str, Any]:
         return {
-            **vars(engine.stats), "pending": engine.pending(), "in_progress": engine.progress(),
-            "family": engine.family.name if engine.family else None, "bits": engine.bits,
+            **vars(engine.stats),
+            "pending": engine.pending(),
+            "in_progress": engine.progress(),
+            "family": engine.family.name if engine.family else None,
+            "bits": engine.bits,
         }
 
     def _check_allowed(self, model_id: str) -> None:
@@ -80,11 +89,16 @@ class ImageSlot(SlotReplica):
     async def _job(self, engine: ImageEngine, params: ImageParams) -> ImageJob:
         first_seed = params.seed if params.seed is not None else random.randint(0, MAX_SEED)
         job = ImageJob(
-            prompt=params.prompt, width=params.width, height=params.height,
+            prompt=params.prompt,
+            width=params.width,
+            height=params.height,
             seeds=[(first_seed + i) % (MAX_SEED + 1) for i in range(params.n)],
-            steps=params.steps or engine.default_steps(), guidance=params.guidance,
-            negative_prompt=params.negative_prompt, strength=params.strength,
-            output_format=params.output_format, output_compression=params.output_compression,
+            steps=params.steps or engine.default_steps(),
+            guidance=params.guidance,
+            negative_prompt=params.negative_prompt,
+            strength=params.strength,
+            output_format=params.output_format,
+            output_compression=params.output_compression,
         )
         engine.check_job(job)
         if params.init_image is not None:
@@ -115,7 +129,10 @@ class ImageSlot(SlotReplica):
             engine = await self._engine_for_default()
             await engine.run(lambda _pipeline: write_quantized(model_id, model_dir, bits, target))
         return {
-            "model": model_id, "bits": bits, "path": str(target), "reused": reused,
+            "model": model_id,
+            "bits": bits,
+            "path": str(target),
+            "reused": reused,
             "seconds": round(time.perf_counter() - t0, 2),
         }
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from deployments.engine_thread import EngineThread, Message, unloaded
 from deployments.image.codec import encode_image
@@ -53,8 +54,12 @@ class ImageJob(Message):
 
     def progress(self) -> dict[str, Any]:
         return {
-            "image": self.image_index + 1, "images": len(self.seeds), "step": self.step,
-            "steps": self.total_steps, "width": self.width, "height": self.height,
+            "image": self.image_index + 1,
+            "images": len(self.seeds),
+            "step": self.step,
+            "steps": self.total_steps,
+            "width": self.width,
+            "height": self.height,
             "elapsed_s": round(time.time() - self.started_at, 2) if self.started_at else 0.0,
         }
 
@@ -149,8 +154,12 @@ class ImageEngine(EngineThread[Union[ImageJob, PipelineCall]]):
         self.bits = getattr(self._pipeline, "bits", None)
         self._pipeline.callbacks.register(_StepReporter(self))
         logger.info(
-            "Loaded image model %s (%s, %s) from %s in %.1fs", self.model_id, self.family.name,
-            f"{self.bits}-bit" if self.bits else "unquantized", self.model_dir, time.perf_counter() - t0,
+            "Loaded image model %s (%s, %s) from %s in %.1fs",
+            self.model_id,
+            self.family.name,
+            f"{self.bits}-bit" if self.bits else "unquantized",
+            self.model_dir,
+            time.perf_counter() - t0,
         )
 
     def _run_job(self, job: ImageJob) -> list[bytes]:
@@ -184,14 +193,23 @@ class ImageEngine(EngineThread[Union[ImageJob, PipelineCall]]):
             raise server_error(f"Image generation failed: {type(e).__name__}: {e}") from None
         self.stats.seconds += time.perf_counter() - t0
         logger.info(
-            "Image %s: %d image(s) %dx%d, %d steps in %.1fs", self.model_id, len(images),
-            job.width, job.height, job.steps, time.perf_counter() - t0,
+            "Image %s: %d image(s) %dx%d, %d steps in %.1fs",
+            self.model_id,
+            len(images),
+            job.width,
+            job.height,
+            job.steps,
+            time.perf_counter() - t0,
         )
         return images
 
     def _generate_kwargs(self, job: ImageJob, seed: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
-            seed=seed, prompt=job.prompt, num_inference_steps=job.steps, width=job.width, height=job.height,
+            seed=seed,
+            prompt=job.prompt,
+            num_inference_steps=job.steps,
+            width=job.width,
+            height=job.height,
         )
         guidance = job.guidance if job.guidance is not None else self.family.default_guidance
         if guidance is not None:
@@ -215,8 +233,13 @@ class ImageEngine(EngineThread[Union[ImageJob, PipelineCall]]):
         job.step = t - start + 1
         self.stats.steps += 1
         logger.info(
-            "Image %s: image %d/%d step %d/%d (%.1fs)", self.model_id, job.image_index + 1, len(job.seeds),
-            job.step, job.total_steps, time.time() - job.started_at,
+            "Image %s: image %d/%d step %d/%d (%.1fs)",
+            self.model_id,
+            job.image_index + 1,
+            len(job.seeds),
+            job.step,
+            job.total_steps,
+            time.time() - job.started_at,
         )
 
 

@@ -21,7 +21,9 @@ class ImageFamily:
 
 
 FLUX2_KLEIN = ImageFamily("flux2-klein", default_steps=4, default_guidance=1.0, negative_prompt=False, guidance=True)
-Z_IMAGE_TURBO = ImageFamily("z-image-turbo", default_steps=9, default_guidance=None, negative_prompt=True, guidance=False)
+Z_IMAGE_TURBO = ImageFamily(
+    "z-image-turbo", default_steps=9, default_guidance=None, negative_prompt=True, guidance=False
+)
 FAMILIES = {f.name: f for f in (FLUX2_KLEIN, Z_IMAGE_TURBO)}
 
 

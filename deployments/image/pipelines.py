@@ -36,8 +36,12 @@ def _base_config(family: ImageFamily, base_model: Optional[str] = None):
     return ModelConfig.flux2_klein_4b() if family is FLUX2_KLEIN else ModelConfig.z_image_turbo()
 
 
-def tiny_model_config(transformer_overrides: dict, text_encoder_overrides: dict, family: ImageFamily = FLUX2_KLEIN,
-                      base_model: Optional[str] = None):
+def tiny_model_config(
+    transformer_overrides: dict,
+    text_encoder_overrides: dict,
+    family: ImageFamily = FLUX2_KLEIN,
+    base_model: Optional[str] = None,
+):
     """A family's ModelConfig with other sizes (a copy: mflux caches its configs)."""
     config = copy.copy(_base_config(family, base_model))
     config.transformer_overrides = dict(transformer_overrides)
@@ -53,8 +57,10 @@ def describe(model_id: str, model_dir: Path) -> tuple[ImageFamily, Any]:
     if declared is not None:
         family = family_of(model_id, declared["family"])
         config = tiny_model_config(
-            declared.get("transformer_overrides", {}), declared.get("text_encoder_overrides", {}),
-            family, declared.get("base_model"),
+            declared.get("transformer_overrides", {}),
+            declared.get("text_encoder_overrides", {}),
+            family,
+            declared.get("base_model"),
         )
         return family, config
     try:

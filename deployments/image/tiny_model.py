@@ -83,9 +83,9 @@ def ensure_tiny_image(cache_dir: str | os.PathLike) -> Path:
 
 def _write_weights(out: Path) -> None:
     import mlx.core as mx
-    from mlx import nn
     from mflux.models.flux2.flux2_initializer import Flux2Initializer
     from mflux.models.flux2.variants.txt2img.flux2_klein import Flux2Klein
+    from mlx import nn
 
     from deployments.image.pipelines import tiny_model_config
 

@@ -31,8 +31,17 @@ from deployments.ingress.state import IngressState
 
 # model_admin before models: /v1/models/status must not match /v1/models/{model_id}.
 ROUTERS = (
-    health, model_admin, models, chat, completions, metrics,
-    audio_transcriptions, audio_speech, voices, ws_tts, images,
+    health,
+    model_admin,
+    models,
+    chat,
+    completions,
+    metrics,
+    audio_transcriptions,
+    audio_speech,
+    voices,
+    ws_tts,
+    images,
 )
 
 

@@ -41,7 +41,7 @@ class ModelCatalog:
     slots: dict[str, SlotModels] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, raw: dict[str, dict]) -> "ModelCatalog":
+    def from_config(cls, raw: dict[str, dict]) -> ModelCatalog:
         return cls({slot: SlotModels(**spec) for slot, spec in raw.items()})
 
     def resolve(self, slot: str, model: Optional[str]) -> Optional[str]:
@@ -78,7 +78,10 @@ class ModelCatalog:
 
     def cards(self, loaded: dict[str, set[str]] | None = None) -> list[ModelCard]:
         loaded = loaded or {}
-        ids = {slot: list(dict.fromkeys([*spec.models, *sorted(loaded.get(slot, ()))])) for slot, spec in self.slots.items()}
+        ids = {
+            slot: list(dict.fromkeys([*spec.models, *sorted(loaded.get(slot, ()))]))
+            for slot, spec in self.slots.items()
+        }
         return [
             ModelCard(id=m, type=slot, endpoints=SLOTS[slot].endpoints(), loaded=m in loaded.get(slot, set()))
             for slot, models in ids.items()

@@ -9,7 +9,8 @@ exception that crosses a handle onto an OpenAI-shaped `APIError` once, so router
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any, Optional
 
 from deployments.ingress.errors import from_exception
 from deployments.protocol.generation import GenerationChunk
@@ -31,7 +32,7 @@ class SlotStream:
         self.first = first
 
     @classmethod
-    async def start(cls, gen: Any) -> "SlotStream":
+    async def start(cls, gen: Any) -> SlotStream:
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:

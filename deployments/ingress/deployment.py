@@ -19,8 +19,8 @@ from deployments.ingress.catalog import ModelCatalog
 from deployments.ingress.clients import DeploymentClient, SlotClient
 from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
-from deployments.slots import SLOTS
 from deployments.resources import reserve
+from deployments.slots import SLOTS
 
 logger = logging.getLogger("ray.serve")
 

@@ -83,9 +83,7 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             message = str(exc.detail)
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(
-            error_body(message, kind), status_code=exc.status_code, headers=exc.headers
-        )
+        return JSONResponse(error_body(message, kind), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):

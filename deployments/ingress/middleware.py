@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Awaitable, Callable, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional
 
 from deployments.ingress.config import PUBLIC_PATHS, UNCAPPED_PATHS, IngressSettings
 from deployments.protocol.errors import APIError
@@ -53,7 +54,7 @@ def _header(scope: dict, name: bytes) -> Optional[str]:
 def route_path(scope: dict) -> str:
     """The path inside this app: Serve mounts apps under a route prefix (the ASGI root_path)."""
     path, root = scope.get("path", ""), scope.get("root_path", "")
-    return path[len(root):] or "/" if root and path.startswith(root) else path
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
 
 
 def presented_key(scope: dict) -> Optional[str]:
@@ -165,7 +166,12 @@ class BodySizeLimit:
 
 
 def _too_large(limit: int) -> APIError:
-    return APIError(413, f"Request body is larger than this route's limit of {limit} bytes", "invalid_request_error", code="request_too_large")
+    return APIError(
+        413,
+        f"Request body is larger than this route's limit of {limit} bytes",
+        "invalid_request_error",
+        code="request_too_large",
+    )
 
 
 class RouteTimeout:
@@ -190,10 +196,12 @@ class RouteTimeout:
 
         try:
             await asyncio.wait_for(self.app(scope, receive, tracking_send), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.warning("%s %s timed out after %.0fs", scope.get("method"), scope["path"], timeout)
             if not started:
-                error = APIError(504, f"The request did not finish within {timeout:.0f} s", "timeout_error", code="timeout")
+                error = APIError(
+                    504, f"The request did not finish within {timeout:.0f} s", "timeout_error", code="timeout"
+                )
                 await send_error(scope, send, error)
             elif not finished:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel

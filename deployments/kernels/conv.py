@@ -88,8 +88,13 @@ def _transpose_length(length, kernel, stride, padding, dilation, output_padding)
 
 
 def conv_transpose1d(
-    x: mx.array, weight: mx.array, stride: int = 1, padding: int = 0, dilation: int = 1,
-    output_padding: int = 0, groups: int = 1,
+    x: mx.array,
+    weight: mx.array,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    output_padding: int = 0,
+    groups: int = 1,
 ) -> mx.array:
     """Same result as `mx.conv_transpose1d` (input (N, L, C_in), weight (C_out, K, C_in/groups)).
 
@@ -123,8 +128,7 @@ def _on_cpu(stream) -> bool:
 
 
 def _conv1d_op(input, weight, stride=1, padding=0, dilation=1, groups=1, *, stream=None):
-    degenerate = input.ndim != 3 or _conv1d_length(
-        input.shape[1] + 2 * padding, weight.shape[1], stride, dilation) <= 0
+    degenerate = input.ndim != 3 or _conv1d_length(input.shape[1] + 2 * padding, weight.shape[1], stride, dilation) <= 0
     # Undilated, ungrouped: MLX's CPU op is already a GEMM (as fast or faster, measured).
     native_fast = dilation == 1 and groups == 1
     if degenerate or native_fast or not _on_cpu(stream):  # MLX's op: its result or its error
@@ -132,12 +136,13 @@ def _conv1d_op(input, weight, stride=1, padding=0, dilation=1, groups=1, *, stre
     return conv1d(input, weight, stride, padding, dilation, groups)
 
 
-def _conv_transpose1d_op(
-    input, weight, stride=1, padding=0, dilation=1, output_padding=0, groups=1, *, stream=None
-):
+def _conv_transpose1d_op(input, weight, stride=1, padding=0, dilation=1, output_padding=0, groups=1, *, stream=None):
     # Padding beyond the kernel's span, an empty output: MLX's op has its own answer; keep it.
-    unusual = input.ndim != 3 or padding > dilation * (weight.shape[1] - 1) or _transpose_length(
-        input.shape[1], weight.shape[1], stride, padding, dilation, output_padding) <= 0
+    unusual = (
+        input.ndim != 3
+        or padding > dilation * (weight.shape[1] - 1)
+        or _transpose_length(input.shape[1], weight.shape[1], stride, padding, dilation, output_padding) <= 0
+    )
     if unusual or not _on_cpu(stream):
         return original_op("conv_transpose1d")(
             input, weight, stride, padding, dilation, output_padding, groups, stream=stream

@@ -10,16 +10,16 @@ from deployments.llm.tiny_model import TINY_LLM_ID
 
 
 class LLMSlotConfig(SlotModelsConfig):
-    default_model: str = Field(
-        SMOLLM2_ID, description="Served when a request names no model; loaded at start-up"
-    )
+    default_model: str = Field(SMOLLM2_ID, description="Served when a request names no model; loaded at start-up")
     # The random-weight tiny model stays servable by name: tests that need a code path, not
     # an answer, run it ~40x faster.
     models: list[str] = Field(
         default_factory=lambda: [TINY_LLM_ID],
         description="Other model ids requests may name (the allow-list)",
     )
-    max_models_per_replica: int = Field(2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)")
+    max_models_per_replica: int = Field(
+        2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)"
+    )
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together per replica")
     prefill_batch_size: int = Field(8, ge=1, description="Prompts prefilled together per step")
     prefill_step_size: int = Field(2048, ge=16, description="Prompt tokens processed per prefill step")

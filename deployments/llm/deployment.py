@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 from ray import serve
 from ray.serve.config import RequestRouterConfig
@@ -24,7 +24,6 @@ from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 from deployments.slot_replica import SlotReplica
 
-
 LLM_ROUTER = RequestRouterConfig(request_router_class="deployments.routing.router.AffinityRouter")
 
 
@@ -33,7 +32,14 @@ class LLMSlot(SlotReplica):
     slot_name = "llm"
     # What mlx-lm needs from a Hugging Face repo (the same patterns mlx_lm.load downloads).
     file_patterns = [
-        "*.json", "model*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt", "*.jsonl", "*.jinja",
+        "*.json",
+        "model*.safetensors",
+        "*.py",
+        "tokenizer.model",
+        "*.tiktoken",
+        "*.txt",
+        "*.jsonl",
+        "*.jinja",
     ]
     metrics_class = GenerationMetrics
 

@@ -17,10 +17,11 @@ import json
 import logging
 import queue
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
 from deployments.llm.output import OutputParser, ParsedText
@@ -61,9 +62,7 @@ class SamplingParams:
     ignore_eos: bool = False
 
     @classmethod
-    def from_request(
-        cls, request: SamplingRequest, max_tokens: int, defaults: dict[str, Any]
-    ) -> "SamplingParams":
+    def from_request(cls, request: SamplingRequest, max_tokens: int, defaults: dict[str, Any]) -> SamplingParams:
         def pick(name: str, fallback: Any) -> Any:
             value = getattr(request, name)
             return value if value is not None else defaults.get(name, fallback)
@@ -125,8 +124,7 @@ class LLMEngine(EngineThread[_Sequence]):
         room = None if self.context_length is None else self.context_length - prompt_len
         if room is not None and room <= 0:
             raise invalid_request(
-                f"The prompt has {prompt_len} tokens; this model's context length is "
-                f"{self.context_length} tokens.",
+                f"The prompt has {prompt_len} tokens; this model's context length is {self.context_length} tokens.",
                 "messages",
                 "context_length_exceeded",
             )
@@ -173,9 +171,7 @@ class LLMEngine(EngineThread[_Sequence]):
         import mlx_lm
 
         t0 = time.perf_counter()
-        self._model, self.tokenizer, model_config = mlx_lm.load(
-            str(self.model_dir), return_config=True
-        )
+        self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self.context_length = model_config.get("max_position_embeddings")
         gen_config = self.model_dir / "generation_config.json"
         if gen_config.exists():
@@ -317,7 +313,8 @@ class LLMEngine(EngineThread[_Sequence]):
     def _keep_prompt_caches(self, active: dict[int, _Sequence], prompt_responses: list) -> None:
         """At a segment end inside a prompt, keep the cache so far for later prompts."""
         uids = [
-            r.uid for r in prompt_responses
+            r.uid
+            for r in prompt_responses
             if r.end_of_segment and not r.end_of_prompt and r.uid in active and active[r.uid].keep_at_ends
         ]
         if not uids or self.prefix_cache is None:

@@ -12,8 +12,9 @@ model family), the parsing of a finished tool call from mlx-lm's tool parsers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 NORMAL, REASONING, TOOL = "normal", "reasoning", "tool"
 _STOP = "stop"

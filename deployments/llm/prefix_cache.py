@@ -81,4 +81,9 @@ class PrefixCache:
         self._lru.trim_to(n_bytes=max_bytes)
 
     def stats(self) -> dict[str, int]:
-        return {"entries": len(self._lru), "bytes": self._lru.nbytes, "hits": self.hits, "cached_tokens": self.cached_tokens}
+        return {
+            "entries": len(self._lru),
+            "bytes": self._lru.nbytes,
+            "hits": self.hits,
+            "cached_tokens": self.cached_tokens,
+        }

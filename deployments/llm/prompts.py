@@ -32,15 +32,11 @@ def chat_prompt(tokenizer: Any, request: ChatCompletionRequest) -> Prompt:
     if tools:
         kwargs["tools"] = tools
     if not getattr(tokenizer, "has_chat_template", False):
-        raise invalid_request(
-            "This model has no chat template; use /v1/completions with a plain prompt."
-        )
+        raise invalid_request("This model has no chat template; use /v1/completions with a plain prompt.")
     try:
-        text = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **kwargs
-        )
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
     except Exception as e:  # a template may raise on shapes it does not support
-        raise invalid_request(f"The model's chat template rejected the messages: {e}", "messages")
+        raise invalid_request(f"The model's chat template rejected the messages: {e}", "messages") from None
     ids = tokenizer.encode(text, add_special_tokens=False)
     state = NORMAL
     if getattr(tokenizer, "has_thinking", False):
@@ -59,7 +55,10 @@ def _system_end(tokenizer: Any, messages: list[dict], ids: list[int], kwargs: di
         return 0
     try:
         text = tokenizer.apply_chat_template(
-            messages[:leading] + [{"role": "user", "content": ""}], add_generation_prompt=False, tokenize=False, **kwargs
+            messages[:leading] + [{"role": "user", "content": ""}],
+            add_generation_prompt=False,
+            tokenize=False,
+            **kwargs,
         )
     except Exception:  # only an optimisation: no split point, no harm
         return 0

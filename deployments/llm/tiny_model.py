@@ -79,9 +79,7 @@ def ensure_tiny_llm(cache_dir: str | os.PathLike) -> Path:
         _write_tokenizer(work)
         _write_weights(work)
         (work / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2))
-        (work / "generation_config.json").write_text(
-            json.dumps({"eos_token_id": MODEL_CONFIG["eos_token_id"]})
-        )
+        (work / "generation_config.json").write_text(json.dumps({"eos_token_id": MODEL_CONFIG["eos_token_id"]}))
         (work / "README.md").write_text(
             "Built-in tiny Qwen3 model of ominix-serve: random weights, meaningless output.\n"
         )
@@ -132,9 +130,7 @@ def _write_tokenizer(out: Path, config: dict = MODEL_CONFIG) -> None:
         "chat_template": template,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    (out / "special_tokens_map.json").write_text(
-        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
-    )
+    (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
 
 
 def _write_weights(out: Path, config: dict = MODEL_CONFIG, zero_logit_tokens: tuple[int, ...] = ()) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from deployments.protocol.openai import FunctionCall, ToolCall
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 
-def error_body(
-    message: str, type: str, param: Optional[str] = None, code: Optional[str] = None
-) -> dict[str, Any]:
+def error_body(message: str, type: str, param: Optional[str] = None, code: Optional[str] = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 

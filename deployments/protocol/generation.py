@@ -18,7 +18,7 @@ class GenerationChunk(BaseModel):
     finish_reason: FinishReason = None
     usage: Optional[UsageInfo] = None
 
-    def merge(self, other: "GenerationChunk") -> "GenerationChunk":
+    def merge(self, other: GenerationChunk) -> GenerationChunk:
         """Coalesce two consecutive chunks (used to batch deltas under load)."""
         return GenerationChunk(
             model=self.model or other.model,

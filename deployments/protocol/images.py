@@ -69,9 +69,7 @@ class ImageGenerationRequest(BaseModel):
     steps: Optional[int] = Field(
         None, ge=1, le=MAX_STEPS, validation_alias=AliasChoices("steps", "num_inference_steps")
     )
-    guidance: Optional[float] = Field(
-        None, ge=0, le=30, validation_alias=AliasChoices("guidance", "guidance_scale")
-    )
+    guidance: Optional[float] = Field(None, ge=0, le=30, validation_alias=AliasChoices("guidance", "guidance_scale"))
     negative_prompt: Optional[str] = None
     image: Optional[str] = Field(None, description="img2img: base64 PNG/JPEG/WebP (a data URL is fine)")
     strength: float = Field(0.75, ge=0, le=1, description="img2img: 1 repaints everything, 0 keeps the image")
@@ -125,12 +123,20 @@ class ImageParams(BaseModel):
     output_compression: Optional[int] = None
 
     @classmethod
-    def from_request(cls, request: ImageGenerationRequest, init_image: Optional[bytes]) -> "ImageParams":
+    def from_request(cls, request: ImageGenerationRequest, init_image: Optional[bytes]) -> ImageParams:
         width, height = request.dimensions
         return cls(
-            prompt=request.prompt, width=width, height=height, n=request.n, seed=request.seed,
-            steps=request.steps, guidance=request.guidance, negative_prompt=request.negative_prompt,
-            init_image=init_image, strength=request.strength, output_format=request.output_format,
+            prompt=request.prompt,
+            width=width,
+            height=height,
+            n=request.n,
+            seed=request.seed,
+            steps=request.steps,
+            guidance=request.guidance,
+            negative_prompt=request.negative_prompt,
+            init_image=init_image,
+            strength=request.strength,
+            output_format=request.output_format,
             output_compression=request.output_compression,
         )
 

@@ -73,9 +73,7 @@ class ChatMessage(RequestModel):
     reasoning_content: Optional[str] = None
 
     def has_image(self) -> bool:
-        return isinstance(self.content, list) and any(
-            isinstance(p, ImagePart) for p in self.content
-        )
+        return isinstance(self.content, list) and any(isinstance(p, ImagePart) for p in self.content)
 
     def text(self) -> str:
         if self.content is None:
@@ -156,7 +154,7 @@ class SamplingRequest(RequestModel):
             raise ValueError(f"stop: at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
         if any(s == "" for s in stops):
             raise ValueError("stop: stop sequences must not be empty")
-        for key in (self.logit_bias or {}):
+        for key in self.logit_bias or {}:
             if not key.lstrip("-").isdigit():
                 raise ValueError(f"logit_bias: keys must be token ids, got {key!r}")
         return self
@@ -180,9 +178,7 @@ class ChatCompletionRequest(SamplingRequest):
     @model_validator(mode="after")
     def _check_chat(self):
         if any(m.has_image() for m in self.messages):
-            raise ValueError(
-                "messages: image content parts need a vision model; no VLM slot is served"
-            )
+            raise ValueError("messages: image content parts need a vision model; no VLM slot is served")
         return self
 
     def token_budget(self) -> Optional[int]:

@@ -28,7 +28,7 @@ class SpeechRequest(BaseModel):
     instruct: Optional[str] = Field(None, validation_alias=AliasChoices("instruct", "prompt", "instructions"))
     reference_audio: Optional[str] = Field(None, description="base64 audio to clone the voice from")
     reference_text: Optional[str] = None
-    stream: bool = Field(False, description="MiniInfer SSE: data: {\"delta\": <base64 pcm>}")
+    stream: bool = Field(False, description='MiniInfer SSE: data: {"delta": <base64 pcm>}')
     stream_format: Optional[Literal["audio", "sse"]] = None
 
     @field_validator("instruct", "language", "voice", "reference_text")

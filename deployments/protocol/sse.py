@@ -24,4 +24,3 @@ def sse_data(payload: BaseModel | dict[str, Any] | str) -> bytes:
     # A data line must not contain a raw newline; JSON never does, plain strings might.
     lines = text.split("\n")
     return ("".join(f"data: {line}\n" for line in lines) + "\n").encode()
-

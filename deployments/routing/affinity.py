@@ -22,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional
 
 # How much of a conversation's head names it when no key is given: enough to tell
 # conversations apart, bounded so hashing stays cheap on long prompts.
@@ -87,7 +88,7 @@ def owner_of(key: str) -> Optional[str]:
     """The replica a `replica_key` names, None for other keys."""
     if not key.startswith(OWNER_TAG) or "/" not in key:
         return None
-    return key[len(OWNER_TAG):].split("/", 1)[0] or None
+    return key[len(OWNER_TAG) :].split("/", 1)[0] or None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def bounded_order(
     for i, replica in enumerate(ranked):
         q = loads[replica]
         if q is not None and q <= floor + max_imbalance and q < capacities.get(replica, q + 1):
-            return [replica] + ranked[:i] + ranked[i + 1:]
+            return [replica] + ranked[:i] + ranked[i + 1 :]
     return ranked
 
 

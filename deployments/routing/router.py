@@ -59,8 +59,11 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._strict = bool(strict)
         self._pins = PinTable(pin_ttl_s, max_pins) if self._strict else None
         logger.info(
-            "%s for %s: %s, max_imbalance=%d", type(self).__name__, self._deployment_id,
-            "strict" if self._strict else "soft", max_imbalance,
+            "%s for %s: %s, max_imbalance=%d",
+            type(self).__name__,
+            self._deployment_id,
+            "strict" if self._strict else "soft",
+            max_imbalance,
         )
 
     async def choose_replicas(

@@ -7,7 +7,6 @@ from typing import Optional
 from pydantic import Field
 
 from deployments.control.policy import SlotModelsConfig
-
 from deployments.tts.tiny_model import TINY_TTS_ID
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 from ray import serve
 
@@ -21,11 +22,11 @@ from deployments.audio.encode import encode_wav
 from deployments.audio.reference import BadReferenceAudio, read_reference
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
+from deployments.slot_replica import SlotReplica
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
-from deployments.slot_replica import SlotReplica
 from deployments.tts.voices import (
     RegistryError,
     VoiceEntry,
@@ -81,11 +82,14 @@ class TTSSlot(SlotReplica):
         if len(params.text) > self.config.max_input_chars:
             raise invalid_request(
                 f"input is {len(params.text)} characters; the maximum is {self.config.max_input_chars}",
-                "input", "input_too_long",
+                "input",
+                "input_too_long",
             )
         job = SpeechJob(
-            segments=split_sentences(params.text), speed=params.speed,
-            language=params.language, instruct=params.instruct,
+            segments=split_sentences(params.text),
+            speed=params.speed,
+            language=params.language,
+            instruct=params.instruct,
         )
         if params.reference_audio is not None:
             job.ref_audio = await self._reference(params.reference_audio, engine.sample_rate, "reference_audio")
@@ -148,7 +152,11 @@ class TTSSlot(SlotReplica):
         return list_voices(self._registry_data(), engine.presets)
 
     async def register_voice(
-        self, name: str, audio: bytes, ref_text: str = "", aliases: Optional[list[str]] = None,
+        self,
+        name: str,
+        audio: bytes,
+        ref_text: str = "",
+        aliases: Optional[list[str]] = None,
         language: Optional[str] = None,
     ) -> dict[str, Any]:
         """Store the reference audio next to the registry and add the voice to it atomically."""
@@ -173,7 +181,9 @@ class TTSSlot(SlotReplica):
         self._registry_data()
         entry = await asyncio.to_thread(self.registry.remove, name)
         if entry is None:
-            raise APIError(404, f"Voice '{name}' is not in the registry", "invalid_request_error", "name", "voice_not_found")
+            raise APIError(
+                404, f"Voice '{name}' is not in the registry", "invalid_request_error", "name", "voice_not_found"
+            )
         managed = self.registry.path.parent / "voices"
         audio = Path(entry.ref_audio)
         if audio.parent == managed:  # only files this server stored; never a user's own file

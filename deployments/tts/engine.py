@@ -17,9 +17,10 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -34,6 +35,7 @@ CLONING_MODELS = (
     "models that clone: the built-in 'ominix-tiny-pocket-tts' (random weights, for testing), "
     "or a real pocket_tts or Qwen3-TTS Base model"
 )
+
 
 @dataclass(eq=False)
 class SpeechJob(Message):
@@ -60,7 +62,7 @@ class Capabilities:
     ref_text: bool = False
 
     @classmethod
-    def of(cls, model: Any) -> "Capabilities":
+    def of(cls, model: Any) -> Capabilities:
         params = inspect.signature(model.generate).parameters
         return cls(
             stream="stream" in params,
@@ -102,11 +104,14 @@ class TTSEngine(EngineThread[SpeechJob]):
         if job.speed != 1.0 and not caps.speed:
             raise invalid_request(f"Model '{self.model_id}' ({self.model_type}) does not support 'speed'", "speed")
         if job.instruct and not caps.instruct:
-            raise invalid_request(f"Model '{self.model_id}' ({self.model_type}) does not support 'instruct'", "instruct")
+            raise invalid_request(
+                f"Model '{self.model_id}' ({self.model_type}) does not support 'instruct'", "instruct"
+            )
         if job.ref_audio is not None and not caps.clone:
             raise invalid_request(
                 f"Model '{self.model_id}' ({self.model_type}) cannot clone a voice from reference audio; "
-                f"{CLONING_MODELS}", "reference_audio",
+                f"{CLONING_MODELS}",
+                "reference_audio",
             )
         if self.model_type == "kokoro":
             model_hooks.check_kokoro_language(self.model_id, job.language)
@@ -130,8 +135,13 @@ class TTSEngine(EngineThread[SpeechJob]):
         self.capabilities = Capabilities.of(self._model)
         self.presets = find_presets(self.model_dir)
         logger.info(
-            "Loaded TTS %s (%s, %d Hz, presets %s) from %s in %.1fs", self.model_id, self.model_type,
-            self.sample_rate, self.presets, self.model_dir, time.perf_counter() - t0,
+            "Loaded TTS %s (%s, %d Hz, presets %s) from %s in %.1fs",
+            self.model_id,
+            self.model_type,
+            self.sample_rate,
+            self.presets,
+            self.model_dir,
+            time.perf_counter() - t0,
         )
 
     def _handle(self, job: SpeechJob) -> None:

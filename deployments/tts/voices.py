@@ -63,7 +63,7 @@ class VoiceEntry:
     language: Optional[str] = None
 
     @classmethod
-    def from_json(cls, name: str, raw: Any) -> "VoiceEntry":
+    def from_json(cls, name: str, raw: Any) -> VoiceEntry:
         if not isinstance(raw, dict) or not isinstance(raw.get("ref_audio"), str):
             raise RegistryError(f"voice '{name}' needs a 'ref_audio' path")
         aliases = [a for a in raw.get("aliases") or [] if isinstance(a, str)]
@@ -95,7 +95,7 @@ class RegistryData:
     voices: dict[str, VoiceEntry] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, text: str) -> "RegistryData":
+    def parse(cls, text: str) -> RegistryData:
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as e:
@@ -251,8 +251,11 @@ def resolve_voice(
     if key is not None:
         entry = registry.voices[key]
         return Voice(
-            name=key, source="registry", ref_audio=registry.path_of(entry.ref_audio),
-            ref_text=entry.ref_text or None, speed_factor=entry.speed_factor,
+            name=key,
+            source="registry",
+            ref_audio=registry.path_of(entry.ref_audio),
+            ref_text=entry.ref_text or None,
+            speed_factor=entry.speed_factor,
         )
     for preset in presets:
         if preset.lower() == name.lower():

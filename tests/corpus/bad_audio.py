@@ -66,17 +66,28 @@ def transcription_cases():
         case(ASR, 400, "form-empty-file", param="file", files={"file": ("a.wav", b"")}),
     ]
     for i, data in enumerate(GARBAGE):
-        cases.append(case(ASR, 400, f"form-undecodable-{i}", param="file", files={"file": ("a.wav", data)}, data={"model": TINY_ASR}))
+        cases.append(
+            case(
+                ASR,
+                400,
+                f"form-undecodable-{i}",
+                param="file",
+                files={"file": ("a.wav", data)},
+                data={"model": TINY_ASR},
+            )
+        )
     # multipart: the form itself is broken
     truncated = _multipart("xyz", [("model", None, TINY_ASR.encode()), ("file", "a.wav", WAV[:100])], close=False)
-    for i, (ctype, body) in enumerate([
-        ("multipart/form-data; boundary=xyz", truncated),
-        ("multipart/form-data; boundary=xyz", truncated[:30]),
-        ("multipart/form-data", _multipart("xyz", [("file", "a.wav", WAV)])),  # no boundary
-        ("multipart/form-data; boundary=other", _multipart("xyz", [("file", "a.wav", WAV)])),
-        ("multipart/form-data; boundary=xyz", b"--xyz--\r\n"),
-        ("multipart/form-data; boundary=xyz", b"\x00\xff" * 100),
-    ]):
+    for i, (ctype, body) in enumerate(
+        [
+            ("multipart/form-data; boundary=xyz", truncated),
+            ("multipart/form-data; boundary=xyz", truncated[:30]),
+            ("multipart/form-data", _multipart("xyz", [("file", "a.wav", WAV)])),  # no boundary
+            ("multipart/form-data; boundary=other", _multipart("xyz", [("file", "a.wav", WAV)])),
+            ("multipart/form-data; boundary=xyz", b"--xyz--\r\n"),
+            ("multipart/form-data; boundary=xyz", b"\x00\xff" * 100),
+        ]
+    ):
         cases.append(case(ASR, 400, f"form-broken-{i}", content=body, headers={"content-type": ctype}))
     # multipart: parameters of the wrong type or range
     for field, values in {
@@ -89,24 +100,71 @@ def transcription_cases():
         for i, value in enumerate(values):
             param = None if field.startswith("timestamp") else field  # its param names the list item
             cases.append(case(ASR, 400, f"form-{field}-{i}", param=param, **form(**{field: value})))
-    cases.append(case(ASR, 400, "form-language-fr-on-english-only", param="language", files={"file": ("a.wav", WAV)}, data={"language": "fr"}))
+    cases.append(
+        case(
+            ASR,
+            400,
+            "form-language-fr-on-english-only",
+            param="language",
+            files={"file": ("a.wav", WAV)},
+            data={"language": "fr"},
+        )
+    )
     for i, model in enumerate(["nope", "m" * 100_000, "org/unknown-repo"]):
         cases.append(case(ASR, 404, f"form-model-{i}", param="model", **form(model=model)))
     for i, model in enumerate(["../../etc/passwd", "/etc/passwd", "~/../../etc"]):  # refused as paths
         cases.append(case(ASR, 400, f"form-model-path-{i}", param="model", **form(model=model)))
     # raw body (MiniInfer form) and wrong content types
-    for i, (ctype, body) in enumerate([
-        ("audio/wav", b""), ("application/octet-stream", b"\x00" * 100), ("text/plain", b"hello, this is text"),
-        ("image/png", GARBAGE[4]), ("application/xml", b"<audio/>"), ("application/x-www-form-urlencoded", b"file=abc"),
-    ]):
+    for i, (ctype, body) in enumerate(
+        [
+            ("audio/wav", b""),
+            ("application/octet-stream", b"\x00" * 100),
+            ("text/plain", b"hello, this is text"),
+            ("image/png", GARBAGE[4]),
+            ("application/xml", b"<audio/>"),
+            ("application/x-www-form-urlencoded", b"file=abc"),
+        ]
+    ):
         cases.append(case(ASR, 400, f"raw-{i}", param="file", content=body, headers={"content-type": ctype}))
-    cases.append(case(ASR, 400, "raw-query-temperature", param="temperature", content=WAV, headers={"content-type": "audio/wav"}, params={"temperature": "abc", "model": TINY_ASR}))
-    cases.append(case(ASR, 400, "raw-query-format", param="response_format", content=WAV, headers={"content-type": "audio/wav"}, params={"response_format": "xml"}))
+    cases.append(
+        case(
+            ASR,
+            400,
+            "raw-query-temperature",
+            param="temperature",
+            content=WAV,
+            headers={"content-type": "audio/wav"},
+            params={"temperature": "abc", "model": TINY_ASR},
+        )
+    )
+    cases.append(
+        case(
+            ASR,
+            400,
+            "raw-query-format",
+            param="response_format",
+            content=WAV,
+            headers={"content-type": "audio/wav"},
+            params={"response_format": "xml"},
+        )
+    )
     # JSON (OminiX-API form): broken bodies, wrong types, server paths outside any allowed dir
     for i, raw in enumerate([b"{", b"[]", b"null", b"123", b'"x"', b"\xff\xfe\x00", b"[" * 100_000, b"{'file': 1}"]):
         cases.append(case(ASR, 400, f"json-raw-{i}", content=raw, headers={"content-type": "application/json"}))
-    for i, file in enumerate([123, "", [B64_WAV], {"data": B64_WAV}, None, "%%% not base64", "file:///etc/passwd",
-                              base64.b64encode(GARBAGE[0]).decode(), "data:audio/wav;base64,!!!!", "../../etc/passwd"]):
+    for i, file in enumerate(
+        [
+            123,
+            "",
+            [B64_WAV],
+            {"data": B64_WAV},
+            None,
+            "%%% not base64",
+            "file:///etc/passwd",
+            base64.b64encode(GARBAGE[0]).decode(),
+            "data:audio/wav;base64,!!!!",
+            "../../etc/passwd",
+        ]
+    ):
         cases.append(case(ASR, 400, f"json-file-{i}", param="file", json={"file": file, "model": TINY_ASR}))
     for i, path in enumerate(TRAVERSAL):
         cases.append(case(ASR, 400, f"json-server-path-{i}", param="file", json={"file": path, "model": TINY_ASR}))
@@ -120,19 +178,36 @@ def transcription_cases():
     }.items():
         for i, value in enumerate(values):
             param = None if field.startswith("timestamp") else field
-            cases.append(case(ASR, 400, f"json-{field}-{i}", param=param, json={"file": B64_WAV, "model": TINY_ASR, field: value}))
+            cases.append(
+                case(
+                    ASR, 400, f"json-{field}-{i}", param=param, json={"file": B64_WAV, "model": TINY_ASR, field: value}
+                )
+            )
     return cases
 
 
 def speech_cases():
     good = {"input": TEXT, "voice": "alba", "response_format": "pcm"}
     cases = []
-    for i, body in enumerate([{"voice": "alba"}, {"input": None}, {"input": 5}, {"input": []}, {"input": {"text": "hi"}}]):
+    for i, body in enumerate(
+        [{"voice": "alba"}, {"input": None}, {"input": 5}, {"input": []}, {"input": {"text": "hi"}}]
+    ):
         cases.append(case(TTS, 400, f"input-{i}", param="input", json=body))
     cases.append(case(TTS, 400, "input-too-long", param="input", json={**good, "input": "x" * 4097}))
     cases.append(case(TTS, 400, "input-huge", param="input", json={**good, "input": "word " * 200_000}))
-    for i, voice in enumerate(["nobody", "../../etc/passwd", "/etc/passwd", "..\\..\\windows\\win.ini", "alba/../../x",
-                               "%2e%2e%2fetc", "v" * 10_000, "alba\x00.wav", "~/.ssh/id_rsa"]):
+    for i, voice in enumerate(
+        [
+            "nobody",
+            "../../etc/passwd",
+            "/etc/passwd",
+            "..\\..\\windows\\win.ini",
+            "alba/../../x",
+            "%2e%2e%2fetc",
+            "v" * 10_000,
+            "alba\x00.wav",
+            "~/.ssh/id_rsa",
+        ]
+    ):
         cases.append(case(TTS, 404, f"voice-{i}", param="voice", json={**good, "voice": voice}))
     cases.append(case(TTS, 400, "voice-not-a-string", param="voice", json={**good, "voice": 5}))
     for i, speed in enumerate([0, -1, 5, "fast", float("nan"), float("inf"), [], 1.5]):
@@ -141,7 +216,9 @@ def speech_cases():
         cases.append(case(TTS, 400, f"format-{i}", param="response_format", json={**good, "response_format": fmt}))
     cases.append(case(TTS, 400, "query-format", param="format", json=good, params={"format": "xml"}))
     cases.append(case(TTS, 400, "stream-not-bool", param="stream", json={**good, "stream": "maybe"}))
-    cases.append(case(TTS, 400, "sse-with-wav", param="response_format", json={**good, "stream": True, "response_format": "wav"}))
+    cases.append(
+        case(TTS, 400, "sse-with-wav", param="response_format", json={**good, "stream": True, "response_format": "wav"})
+    )
     cases.append(case(TTS, 400, "stream-format", param="stream_format", json={**good, "stream_format": "websocket"}))
     cases.append(case(TTS, 404, "model-unknown", param="model", json={**good, "model": "nope"}))
     cases.append(case(TTS, 400, "model-not-a-string", param="model", json={**good, "model": 5}))
@@ -163,18 +240,53 @@ def clone_cases():
         case(CLONE, 400, "no-input", param="input", files=good_files),
         case(CLONE, 400, "no-reference", param="reference_audio", data=good_data),
         case(CLONE, 400, "reference-as-text", param="reference_audio", data={**good_data, "reference_audio": "abc"}),
-        case(CLONE, 400, "reference-empty", param="reference_audio", files={"reference_audio": ("r.wav", b"")}, data=good_data),
-        *[case(CLONE, 400, f"reference-garbage-{i}", param="reference_audio", files={"reference_audio": ("r.wav", g)}, data=good_data)
-          for i, g in enumerate(GARBAGE[:4])],
-        case(CLONE, 400, "reference-too-short", param="reference_audio", files={"reference_audio": ("r.wav", _tone(0.01))}, data=good_data),
+        case(
+            CLONE,
+            400,
+            "reference-empty",
+            param="reference_audio",
+            files={"reference_audio": ("r.wav", b"")},
+            data=good_data,
+        ),
+        *[
+            case(
+                CLONE,
+                400,
+                f"reference-garbage-{i}",
+                param="reference_audio",
+                files={"reference_audio": ("r.wav", g)},
+                data=good_data,
+            )
+            for i, g in enumerate(GARBAGE[:4])
+        ],
+        case(
+            CLONE,
+            400,
+            "reference-too-short",
+            param="reference_audio",
+            files={"reference_audio": ("r.wav", _tone(0.01))},
+            data=good_data,
+        ),
         case(CLONE, 400, "speed-text", param="speed", files=good_files, data={**good_data, "speed": "fast"}),
         case(CLONE, 400, "speed-zero", param="speed", files=good_files, data={**good_data, "speed": "0"}),
-        case(CLONE, 400, "format", param="response_format", files=good_files, data={**good_data, "response_format": "xml"}),
+        case(
+            CLONE,
+            400,
+            "format",
+            param="response_format",
+            files=good_files,
+            data={**good_data, "response_format": "xml"},
+        ),
         case(CLONE, 404, "model", param="model", files=good_files, data={**good_data, "model": "nope"}),
         case(CLONE, 400, "input-too-long", param="input", files=good_files, data={"input": "x" * 5000}),
         case(CLONE, 400, "json-instead-of-form", json={"input": TEXT, "reference_audio": B64_WAV}),
-        case(CLONE, 400, "truncated-form", content=_multipart("b", [("input", None, b"hi")], close=False)[:20],
-             headers={"content-type": "multipart/form-data; boundary=b"}),
+        case(
+            CLONE,
+            400,
+            "truncated-form",
+            content=_multipart("b", [("input", None, b"hi")], close=False)[:20],
+            headers={"content-type": "multipart/form-data; boundary=b"},
+        ),
     ]
 
 
@@ -189,15 +301,31 @@ def voice_cases():
         case(VOICES, 405, "put", method="PUT"),
         case(VOICES, 400, "no-name", param="name", files=audio),
         case(VOICES, 400, "no-audio", param="reference_audio", data={"name": "fresh"}),
-        case(VOICES, 400, "empty-audio", param="reference_audio", files={"reference_audio": ("v.wav", b"")}, data={"name": "fresh"}),
-        case(VOICES, 400, "garbage-audio", param="reference_audio", files={"reference_audio": ("v.wav", GARBAGE[0])}, data={"name": "fresh"}),
+        case(
+            VOICES,
+            400,
+            "empty-audio",
+            param="reference_audio",
+            files={"reference_audio": ("v.wav", b"")},
+            data={"name": "fresh"},
+        ),
+        case(
+            VOICES,
+            400,
+            "garbage-audio",
+            param="reference_audio",
+            files={"reference_audio": ("v.wav", GARBAGE[0])},
+            data={"name": "fresh"},
+        ),
         case(VOICES, 400, "preset-name", param="name", files=audio, data={"name": "alba"}),
         case(VOICES, 400, "json-instead-of-form", json={"name": "fresh"}),
     ]
     for i, name in enumerate(["../evil", "a/b", "", " ", "x" * 65, ".hidden", "default", "..", "a\\b", "名前", "a b"]):
         cases.append(case(VOICES, 400, f"bad-name-{i}", param="name", files=audio, data={"name": name}))
     for i, alias in enumerate(["../x", "a/b", "default"]):
-        cases.append(case(VOICES, 400, f"bad-alias-{i}", param="name", files=audio, data={"name": "fresh", "aliases": alias}))
+        cases.append(
+            case(VOICES, 400, f"bad-alias-{i}", param="name", files=audio, data={"name": "fresh", "aliases": alias})
+        )
     return cases
 
 
@@ -207,8 +335,10 @@ def _named(prefix: str, cases: list) -> list:
 
 
 HTTP_CASES = (
-    _named("asr", transcription_cases()) + _named("speech", speech_cases())
-    + _named("clone", clone_cases()) + _named("voices", voice_cases())
+    _named("asr", transcription_cases())
+    + _named("speech", speech_cases())
+    + _named("clone", clone_cases())
+    + _named("voices", voice_cases())
 )
 
 # WebSocket: (frame to send, the start of the error event's message). str frames go as text,
@@ -236,8 +366,14 @@ WS_CASES = [
     ({"event": "task_continue", "text": None}, "Missing 'text' field"),
     ({"event": "task_continue", "text": ["a"]}, "Missing 'text' field"),
     ({"event": "task_continue", "text": "hi there", "voice_id": 5}, "'voice_id' must be a string"),
-    ({"event": "task_continue", "text": "hi there", "voice_id": "../../etc/passwd"}, "TTS error: Voice '../../etc/passwd' is not available"),
-    ({"event": "task_continue", "text": "hi there", "voice_id": "/etc/passwd"}, "TTS error: Voice '/etc/passwd' is not available"),
+    (
+        {"event": "task_continue", "text": "hi there", "voice_id": "../../etc/passwd"},
+        "TTS error: Voice '../../etc/passwd' is not available",
+    ),
+    (
+        {"event": "task_continue", "text": "hi there", "voice_id": "/etc/passwd"},
+        "TTS error: Voice '/etc/passwd' is not available",
+    ),
     ({"event": "task_continue", "text": "x" * 4097}, "Text too long: 4097 characters"),
     ({"event": "task_continue", "text": "x" * 1_000_000}, "Text too long: 1000000 characters"),
     ({"event": "task_start", "voice_setting": "alba"}, "'voice_setting' must be an object"),
@@ -255,7 +391,10 @@ WS_CASES = [
     ({"event": "task_start", "audio_setting": {"format": "../wav"}}, "Unsupported audio format: ../wav"),
     ({"event": "task_start", "model": 5}, "'model' must be a string"),
     ({"event": "task_start", "model": "nope"}, "TTS error: The model 'nope' does not exist"),
-    ({"event": "task_start", "model": "../../etc/passwd"}, "TTS error: Model path contains invalid directory traversal"),
+    (
+        {"event": "task_start", "model": "../../etc/passwd"},
+        "TTS error: Model path contains invalid directory traversal",
+    ),
     ({"event": "task_start", "model": "/etc/passwd"}, "TTS error: Model path '/etc/passwd' is outside"),
 ]
 WS_MAX_FRAME = 16 * 1024 * 1024  # uvicorn's ws_max_size, which Serve's proxy uses
@@ -263,19 +402,36 @@ WS_MAX_FRAME = 16 * 1024 * 1024  # uvicorn's ws_max_size, which Serve's proxy us
 # Only a slot can refuse these: the audio itself (decoding, length), server files, the voice
 # registry and presets, the model's limits and options (measured: these are the cases that
 # pass the ingress; tests/ingress/test_bad_input_audio.py keeps the list honest).
-SLOT_CHECKED = frozenset({
-    # sent without a multipart body (no file part): the raw-body form, decoded in the slot
-    "asr-form-no-file", "asr-form-file-as-text-field", "asr-form-empty-file",
-    *(f"asr-form-undecodable-{i}" for i in range(len(GARBAGE))),
-    "asr-form-language-1", "asr-form-language-fr-on-english-only",
-    *(f"asr-raw-{i}" for i in range(1, 6)), "asr-json-file-7",
-    *(f"asr-json-server-path-{i}" for i in range(len(TRAVERSAL))),
-    "speech-input-too-long", "speech-input-huge", *(f"speech-voice-{i}" for i in range(9)), "speech-speed-7",
-    "speech-instruct-unsupported", "speech-reference-1",
-    *(f"clone-reference-garbage-{i}" for i in range(4)), "clone-reference-too-short", "clone-input-too-long",
-    "voices-delete-unknown", "voices-delete-preset", "voices-delete-nul", "voices-garbage-audio", "voices-preset-name",
-    *(f"voices-bad-name-{i}" for i in (0, 1, 3, 4, 5, 6, 7, 8, 9, 10)), *(f"voices-bad-alias-{i}" for i in range(3)),
-})
+SLOT_CHECKED = frozenset(
+    {
+        # sent without a multipart body (no file part): the raw-body form, decoded in the slot
+        "asr-form-no-file",
+        "asr-form-file-as-text-field",
+        "asr-form-empty-file",
+        *(f"asr-form-undecodable-{i}" for i in range(len(GARBAGE))),
+        "asr-form-language-1",
+        "asr-form-language-fr-on-english-only",
+        *(f"asr-raw-{i}" for i in range(1, 6)),
+        "asr-json-file-7",
+        *(f"asr-json-server-path-{i}" for i in range(len(TRAVERSAL))),
+        "speech-input-too-long",
+        "speech-input-huge",
+        *(f"speech-voice-{i}" for i in range(9)),
+        "speech-speed-7",
+        "speech-instruct-unsupported",
+        "speech-reference-1",
+        *(f"clone-reference-garbage-{i}" for i in range(4)),
+        "clone-reference-too-short",
+        "clone-input-too-long",
+        "voices-delete-unknown",
+        "voices-delete-preset",
+        "voices-delete-nul",
+        "voices-garbage-audio",
+        "voices-preset-name",
+        *(f"voices-bad-name-{i}" for i in (0, 1, 3, 4, 5, 6, 7, 8, 9, 10)),
+        *(f"voices-bad-alias-{i}" for i in range(3)),
+    }
+)
 # WebSocket cases (by index) whose error only the TTS slot can give: unknown voices.
 WS_SLOT_CHECKED = frozenset({22, 23})
 
@@ -285,7 +441,11 @@ def request_of(request_kwargs: dict) -> dict:
     if "json" not in request_kwargs:
         return request_kwargs
     rest = {k: v for k, v in request_kwargs.items() if k != "json"}
-    return {**rest, "content": json.dumps(request_kwargs["json"]).encode(), "headers": {"content-type": "application/json"}}
+    return {
+        **rest,
+        "content": json.dumps(request_kwargs["json"]).encode(),
+        "headers": {"content-type": "application/json"},
+    }
 
 
 def ws_frame(frame) -> str | bytes:

@@ -36,9 +36,16 @@ BAD_VALUES = {
 }
 CHAT_ONLY = {
     "messages": [
-        [], {}, "hi", [1], [{"role": "x", "content": "a"}], [{"content": "no role"}],
-        [{"role": "user", "content": {"a": 1}}], [{"role": "user", "content": [{"type": "video"}]}],
-        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}], None,
+        [],
+        {},
+        "hi",
+        [1],
+        [{"role": "x", "content": "a"}],
+        [{"content": "no role"}],
+        [{"role": "user", "content": {"a": 1}}],
+        [{"role": "user", "content": [{"type": "video"}]}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}],
+        None,
     ],
     "tools": ["x", [{"type": "function"}], [{"function": {}}], [1]],
     "max_completion_tokens": [0, "x", -1],
@@ -50,8 +57,18 @@ COMPLETION_ONLY = {
     "echo": ["loud", {}],
 }
 RAW_BODIES = [
-    b"", b"{", b"[]", b"null", b"123", b'"text"', b"{'a': 1}", b'{"messages": }', b"\xff\xfe\x00",
-    b"{" * 2000, b'{"model": "' + MODEL.encode() + b'"', b"\x00" * 64,
+    b"",
+    b"{",
+    b"[]",
+    b"null",
+    b"123",
+    b'"text"',
+    b"{'a': 1}",
+    b'{"messages": }',
+    b"\xff\xfe\x00",
+    b"{" * 2000,
+    b'{"model": "' + MODEL.encode() + b'"',
+    b"\x00" * 64,
 ]
 
 
@@ -69,9 +86,26 @@ def corpus():
                 cases.append(pytest.param(route, {"json_body": body}, id=f"{route}-missing-{field}"))
         for i, raw in enumerate(RAW_BODIES):
             cases.append(pytest.param(route, {"content": raw}, id=f"{route}-raw-{i}"))
-        for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/xml"):
-            cases.append(pytest.param(route, {"content": json.dumps(good).encode(), "ctype": ctype}, id=f"{route}-ctype-{ctype[:12]}"))
-    for path in ("/v1/nothing", "/v1/chat", "/v2/chat/completions", "/../../etc/passwd", "/v1/models/../../x", "/%00", "/v1/audio/unknown"):
+        for ctype in (
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/xml",
+        ):
+            cases.append(
+                pytest.param(
+                    route, {"content": json.dumps(good).encode(), "ctype": ctype}, id=f"{route}-ctype-{ctype[:12]}"
+                )
+            )
+    for path in (
+        "/v1/nothing",
+        "/v1/chat",
+        "/v2/chat/completions",
+        "/../../etc/passwd",
+        "/v1/models/../../x",
+        "/%00",
+        "/v1/audio/unknown",
+    ):
         cases.append(pytest.param(path, {"method": "GET"}, id=f"route-{path}"))
     for path in (CHAT, COMPLETIONS):
         for method in ("GET", "PUT", "DELETE", "PATCH"):
@@ -83,11 +117,18 @@ CASES = corpus()
 
 # Only the slot can refuse these: token counts (max_tokens beyond the context, a prompt too
 # long once tokenized), token ids and logit_bias entries outside the model's vocabulary.
-SLOT_CHECKED = frozenset({
-    "/v1/chat/completions-max_tokens-4", "/v1/chat/completions-logit_bias-3",
-    "/v1/completions-max_tokens-4", "/v1/completions-logit_bias-3",
-    "/v1/completions-prompt-6", "/v1/completions-prompt-7", "/v1/completions-prompt-8", "/v1/completions-prompt-9",
-})
+SLOT_CHECKED = frozenset(
+    {
+        "/v1/chat/completions-max_tokens-4",
+        "/v1/chat/completions-logit_bias-3",
+        "/v1/completions-max_tokens-4",
+        "/v1/completions-logit_bias-3",
+        "/v1/completions-prompt-6",
+        "/v1/completions-prompt-7",
+        "/v1/completions-prompt-8",
+        "/v1/completions-prompt-9",
+    }
+)
 
 
 def request_of(spec: dict) -> dict:

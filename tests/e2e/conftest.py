@@ -54,12 +54,16 @@ def _fail_if_deploy_failed(log: Path) -> None:
         return
     if app is not None and app.status == "DEPLOY_FAILED":
         raise RuntimeError(f"the graph failed to deploy: {app.message}\n{log.read_text()[-4000:]}")
+
+
 def _app_running() -> bool:
     """Every deployment of the app is up (chat answering says nothing about the other slots)."""
     from ray import serve
 
     app = serve.status().applications.get("ominix")
     return app is not None and app.status == "RUNNING"
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A private local Ray cluster (own ports), so parallel test sessions never collide.
@@ -101,7 +105,11 @@ def server(tmp_path_factory, cache_dir, ray_cluster):
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(serve_cli), "run", "--address", ray_cluster["gcs_address"], str(config_path)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     base_url = f"http://127.0.0.1:{port}"
     try:

@@ -30,7 +30,9 @@ def test_real_speech_with_the_default_model(client):
     """Real Whisper tiny.en, served by default, hears espeak-ng's speech (word error rate bound)."""
     audio = np.concatenate([silence(0.5), speak(SENTENCE), silence(0.5)])
     result = client.audio.transcriptions.create(
-        model=REAL, file=("speech.wav", encode(audio, RATE, "wav")), response_format="verbose_json",
+        model=REAL,
+        file=("speech.wav", encode(audio, RATE, "wav")),
+        response_format="verbose_json",
         timestamp_granularities=["word", "segment"],
     )
     wer = word_error_rate(SENTENCE, result.text)
@@ -54,11 +56,17 @@ def test_model_is_listed(client):
 @pytest.mark.parametrize("fmt", ["json", "text", "verbose_json", "srt", "vtt"])
 def test_each_response_format_through_the_sdk(client, http, hello_wav, fmt):
     result = client.audio.transcriptions.create(model=TINY, file=("a.wav", hello_wav), response_format=fmt)
-    raw = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", hello_wav)},
-                    data={"model": TINY, "response_format": fmt})
+    raw = http.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", hello_wav)}, data={"model": TINY, "response_format": fmt}
+    )
     assert raw.status_code == 200, raw.text
-    expected_type = {"json": "application/json", "verbose_json": "application/json", "text": "text/plain",
-                     "srt": "application/x-subrip", "vtt": "text/vtt"}[fmt]
+    expected_type = {
+        "json": "application/json",
+        "verbose_json": "application/json",
+        "text": "text/plain",
+        "srt": "application/x-subrip",
+        "vtt": "text/vtt",
+    }[fmt]
     assert raw.headers["content-type"].startswith(expected_type)
     if fmt == "json":
         assert isinstance(result.text, str) and result.text == raw.json()["text"]
@@ -83,19 +91,27 @@ def test_containers(client, fmt):
 def test_raw_body_with_query_parameters(http, hello_wav):
     """MiniInfer's form: the audio is the body, parameters in the query string."""
     mp3 = encode(speak("Hello world."), RATE, "mp3")
-    r = http.post("/v1/audio/transcriptions", params={"model": TINY, "response_format": "verbose_json"},
-                  content=mp3, headers={"content-type": "audio/mpeg"})
+    r = http.post(
+        "/v1/audio/transcriptions",
+        params={"model": TINY, "response_format": "verbose_json"},
+        content=mp3,
+        headers={"content-type": "audio/mpeg"},
+    )
     assert r.status_code == 200, r.text
     assert set(r.json()) >= {"text", "language", "duration", "segments"}
-    r = http.post("/v1/audio/transcriptions?model=" + TINY + "&response_format=text", content=hello_wav,
-                  headers={"content-type": "application/octet-stream"})
+    r = http.post(
+        "/v1/audio/transcriptions?model=" + TINY + "&response_format=text",
+        content=hello_wav,
+        headers={"content-type": "application/octet-stream"},
+    )
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
 
 
 def test_ominix_json_base64_form(http):
     flac = encode(speak("Hello world."), RATE, "flac")
-    r = http.post("/v1/audio/transcriptions",
-                  json={"file": base64.b64encode(flac).decode(), "model": TINY, "language": "en"})
+    r = http.post(
+        "/v1/audio/transcriptions", json={"file": base64.b64encode(flac).decode(), "model": TINY, "language": "en"}
+    )
     assert r.status_code == 200, r.text
     assert isinstance(r.json()["text"], str)
     # the same audio as multipart gives the same transcript
@@ -132,8 +148,10 @@ def test_undecodable_audio_message_and_replica_survives(client, http, hello_wav)
     with pytest.raises(openai.BadRequestError) as info:
         client.audio.transcriptions.create(model=TINY, file=("a.m4a", b"\x00\x00\x00\x18ftypM4A garbage" * 50))
     assert "could not be decoded" in info.value.message
-    assert http.post("/v1/audio/transcriptions", files={"file": ("a.wav", hello_wav)},
-                     data={"model": TINY}).status_code == 200
+    assert (
+        http.post("/v1/audio/transcriptions", files={"file": ("a.wav", hello_wav)}, data={"model": TINY}).status_code
+        == 200
+    )
 
 
 async def test_16_concurrent_requests_batch_and_match_while_a_chat_streams(aclient, server):
@@ -142,8 +160,13 @@ async def test_16_concurrent_requests_batch_and_match_while_a_chat_streams(aclie
 
     inputs = [
         encode(speak("Hi."), RATE, "wav"),
-        encode(np.concatenate([speak("A somewhat longer sentence with more words."), silence(1.0),
-                               speak("Then a pause, and more.")]), RATE, "wav"),
+        encode(
+            np.concatenate(
+                [speak("A somewhat longer sentence with more words."), silence(1.0), speak("Then a pause, and more.")]
+            ),
+            RATE,
+            "wav",
+        ),
         encode(speak("Numbers one two three four."), RATE, "wav"),
         encode(speak("The end."), RATE, "wav"),
     ]
@@ -159,7 +182,8 @@ async def test_16_concurrent_requests_batch_and_match_while_a_chat_streams(aclie
 
     async def chat_stream():
         stream = await aclient.chat.completions.create(
-            model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hello"}], max_tokens=64, stream=True)
+            model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hello"}], max_tokens=64, stream=True
+        )
         parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
         chat_done_at.append(time.monotonic())
         return "".join(parts)
@@ -203,15 +227,21 @@ def test_five_minute_recording_keeps_every_sentence_at_the_right_time(http):
         k += 1
     audio = np.concatenate(pieces)
     started = time.monotonic()
-    r = http.post("/v1/audio/transcriptions", files={"file": ("long.flac", encode(audio, RATE, "flac"))},
-                  data={"model": REAL, "response_format": "verbose_json"}, timeout=900)
+    r = http.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("long.flac", encode(audio, RATE, "flac"))},
+        data={"model": REAL, "response_format": "verbose_json"},
+        timeout=900,
+    )
     elapsed = time.monotonic() - started
     assert r.status_code == 200, r.text
     body = r.json()
     reference = " ".join(text for text, _, _ in spans)
     wer = word_error_rate(reference, body["text"])
-    print(f"{len(audio) / RATE:.0f}s of audio transcribed in {elapsed:.0f}s, WER {wer:.3f}, "
-          f"{len(body['segments'])} segments")
+    print(
+        f"{len(audio) / RATE:.0f}s of audio transcribed in {elapsed:.0f}s, WER {wer:.3f}, "
+        f"{len(body['segments'])} segments"
+    )
     assert wer <= 0.35
     segments = body["segments"]
     assert [s["start"] for s in segments] == sorted(s["start"] for s in segments)
@@ -230,8 +260,9 @@ async def test_concurrent_requests_with_different_options_get_their_own_answers(
     variants = [{}, {"prompt": "Ominix meeting notes."}, {"timestamp_granularities": ["word"]}]
 
     async def transcribe(extra: dict):
-        r = await aclient.audio.transcriptions.create(model=TINY, file=("a.wav", data),
-                                                      response_format="verbose_json", **extra)
+        r = await aclient.audio.transcriptions.create(
+            model=TINY, file=("a.wav", data), response_format="verbose_json", **extra
+        )
         return r.text, bool(getattr(r, "words", None))
 
     alone = [await transcribe(v) for v in variants]

@@ -15,7 +15,18 @@ import websockets
 
 from tests.assertions import assert_openai_error
 from tests.corpus.bad_audio import (
-    ASR, HTTP_CASES, SLOT_CHECKED, TEXT, TINY_ASR, TTS, VOICES, WAV, WS_CASES, WS_SLOT_CHECKED, request_of, ws_frame,
+    ASR,
+    HTTP_CASES,
+    SLOT_CHECKED,
+    TEXT,
+    TINY_ASR,
+    TTS,
+    VOICES,
+    WAV,
+    WS_CASES,
+    WS_SLOT_CHECKED,
+    request_of,
+    ws_frame,
 )
 
 SLOT_CASES = [case for case in HTTP_CASES if case.id in SLOT_CHECKED]
@@ -44,7 +55,9 @@ def ws_url(server):
 
 
 @pytest.mark.parametrize("path, method, request_kwargs, status, param", SLOT_CASES)
-def test_bad_audio_request_gets_its_4xx_from_the_slot(http, replicas_before, path, method, request_kwargs, status, param):
+def test_bad_audio_request_gets_its_4xx_from_the_slot(
+    http, replicas_before, path, method, request_kwargs, status, param
+):
     assert_openai_error(http.request(method, path, **request_of(request_kwargs)), status, param)
 
 
@@ -97,7 +110,9 @@ def test_every_slot_answers_and_no_replica_was_replaced(client, http, replicas_b
     samples, rate = sf.read(io.BytesIO(speech.content))
     assert speech.status_code == 200 and rate == 24000 and samples.size > 0
     assert http.get(VOICES).status_code == 200
-    chat = client.chat.completions.create(model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    chat = client.chat.completions.create(
+        model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
     assert chat.choices[0].finish_reason == "length"
 
     app = serve.status().applications["ominix"]

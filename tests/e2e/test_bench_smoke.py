@@ -20,9 +20,22 @@ def smoke_results(tmp_path_factory, cache_dir):
     out = tmp_path_factory.mktemp("bench-results")
     env_cache = str(cache_dir)  # the session's model cache: Whisper is converted once
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--scenarios", "llm,asr,tts,memory,prefix,footprint,burst,coldstart",
-         "--out", str(out), "--cache-dir", env_cache],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--smoke",
+            "--scenarios",
+            "llm,asr,tts,memory,prefix,footprint,burst,coldstart",
+            "--out",
+            str(out),
+            "--cache-dir",
+            env_cache,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     print(proc.stdout[-6000:])
     assert proc.returncode == 0, f"bench --smoke failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -75,7 +88,11 @@ def test_the_prefix_cache_is_reported_reused_by_the_graph_and_not_when_off(smoke
         assert m["shared_system_prompt_ttft_p50_ms"] > 0 and m["second_turn_ttft_p50_ms"] > 0
     # The second turn resends the first turn and its answer: the graph reuses them, the same
     # graph with the cache off reuses nothing.
-    assert prefix["graph"]["second_turn_cached_tokens_mean"] > prefix["graph"]["shared_system_prompt_cached_tokens_mean"] > 0
+    assert (
+        prefix["graph"]["second_turn_cached_tokens_mean"]
+        > prefix["graph"]["shared_system_prompt_cached_tokens_mean"]
+        > 0
+    )
     assert prefix["graph_no_prefix_cache"]["second_turn_cached_tokens_mean"] == 0
 
 

@@ -86,7 +86,7 @@ def cuda_http(cuda_url):
 def sse_events(raw: str) -> list[str]:
     events = [e for e in raw.split("\n\n") if e]
     assert all(e.startswith("data: ") for e in events), raw
-    return [e[len("data: "):] for e in events]
+    return [e[len("data: ") :] for e in events]
 
 
 def post_stream(http: httpx.Client, body: dict) -> tuple[httpx.Response, list[str]]:
@@ -204,9 +204,21 @@ def test_unmapped_ids_stay_local(cuda_client, cuda_http, fresh):
         {"tool_choice": {"type": "function", "function": {"name": "f"}}},
         {"messages": [*PING, {"role": "tool", "content": "1", "tool_call_id": "c"}]},
         {"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]},
-        {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, *PING]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                },
+                *PING,
+            ]
+        },
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "ping"}]}]},
-        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}]},
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}
+            ]
+        },
     ],
 )
 @pytest.mark.parametrize("stream", [False, True])
@@ -233,15 +245,23 @@ def test_malformed_cuda_request_is_400(cuda_http, fresh):
 @pytest.mark.parametrize(
     "status, expected, message",
     [
-        (400, 400, UNSUPPORTED), (422, 400, UNSUPPORTED),
-        (408, 504, TIMED_OUT), (504, 504, TIMED_OUT),
-        (401, 503, FAILED), (403, 503, FAILED), (429, 503, FAILED), (503, 503, FAILED),
-        (500, 502, FAILED), (404, 502, FAILED),
+        (400, 400, UNSUPPORTED),
+        (422, 400, UNSUPPORTED),
+        (408, 504, TIMED_OUT),
+        (504, 504, TIMED_OUT),
+        (401, 503, FAILED),
+        (403, 503, FAILED),
+        (429, 503, FAILED),
+        (503, 503, FAILED),
+        (500, 502, FAILED),
+        (404, 502, FAILED),
     ],
 )
 def test_worker_status_mapping(cuda_http, fresh, status, expected, message):
     fresh.generate_status = status
-    assert_upstream_error(cuda_http.post("/v1/chat/completions", json={"model": PUBLIC, "messages": PING}), expected, message)
+    assert_upstream_error(
+        cuda_http.post("/v1/chat/completions", json={"model": PUBLIC, "messages": PING}), expected, message
+    )
     r, _ = post_stream(cuda_http, {"model": PUBLIC, "messages": PING})
     assert_upstream_error(r, expected, message)
     ids = [g["request_id"] for g in fresh.generate_requests]
@@ -251,7 +271,9 @@ def test_worker_status_mapping(cuda_http, fresh, status, expected, message):
 def test_timeout_is_504(cuda_http, fresh):
     fresh.behaviour, fresh.slow_s = "slow", TIMEOUT_S + 2
     started = time.monotonic()
-    assert_upstream_error(cuda_http.post("/v1/chat/completions", json={"model": PUBLIC, "messages": PING}), 504, TIMED_OUT)
+    assert_upstream_error(
+        cuda_http.post("/v1/chat/completions", json={"model": PUBLIC, "messages": PING}), 504, TIMED_OUT
+    )
     assert time.monotonic() - started < TIMEOUT_S + 1.5
     assert len(settle_aborts(fresh, 1)) == 1
 

@@ -122,7 +122,10 @@ async def test_tts_replica_killed_mid_websocket_stream_gets_an_error_event_and_r
                 break
             assert not message["is_final"], "the stream claimed to finish a synthesis whose replica died"
         assert time.time() - killed_at < KILL_BOUND_S
-        assert message == {"event": "error", "message": "TTS error: A model replica died while serving the request; retry it"}
+        assert message == {
+            "event": "error",
+            "message": "TTS error: A model replica died while serving the request; retry it",
+        }
         # The session outlives the replica: the next text is served by its replacement.
         await asyncio.to_thread(_wait_for_tts, http)  # off the loop: the socket keeps answering pings
         await ws.send(json.dumps({"event": "task_continue", "text": "Still here."}))
@@ -135,7 +138,9 @@ async def test_tts_replica_killed_mid_websocket_stream_gets_an_error_event_and_r
     assert fresh[-1]["event"] == "task_progress" and fresh[-1]["is_final"] and len(fresh) > 1
     assert _speech_works(http)[:4] == b"RIFF"
     assert _llm_replica_names() == llm  # the LLM slot was not disturbed
-    assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2).choices
+    assert client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2
+    ).choices
 
 
 def test_tts_replica_killed_mid_sse_speech_stream_ends_with_an_error_event(server, client, http):
@@ -196,7 +201,9 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
     import websockets
 
     wav = _tone_wav()
-    expected_text = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": ASR_MODEL}).json()["text"]
+    expected_text = http.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": ASR_MODEL}
+    ).json()["text"]
     assert expected_text
     expected_wav = _speech_wav(http)
     expected_pcm = expected_wav[44:]
@@ -271,8 +278,16 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
         # A fixed few clients per audio kind (audio requests cost far more CPU than 8 tokens;
         # a whole batch of transcriptions queued at the deadline would make the tail minutes
         # long on 2 cores), the rest rotate over the text routes.
-        audio = {0: "transcription", 1: "speech", 2: "speech_ws", 3: "transcription", 4: "speech", 5: "speech_ws",
-                 6: "transcription", 7: "transcription"}
+        audio = {
+            0: "transcription",
+            1: "speech",
+            2: "speech_ws",
+            3: "transcription",
+            4: "speech",
+            5: "speech_ws",
+            6: "transcription",
+            7: "transcription",
+        }
         kinds = [audio[i]] if i in audio else ["stream", "chat", "completion", "models", "speech", "speech_ws"]
         n = 0
         while time.time() < deadline:
@@ -289,7 +304,10 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
             body = {"model": MODEL, "messages": [{"role": "user", "content": f"c{i}"}], "max_tokens": 8, "stream": True}
             r = await c.post("/v1/chat/completions", json=body)
         elif kind == "chat":
-            r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+            r = await c.post(
+                "/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+            )
         elif kind == "completion":
             r = await c.post("/v1/completions", json={"model": MODEL, "prompt": f"p{i}", "max_tokens": 8})
         elif kind == "transcription":
@@ -305,8 +323,10 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
     limits = httpx.Limits(max_connections=80, max_keepalive_connections=80)
     async with httpx.AsyncClient(base_url=server, timeout=180, limits=limits) as c:
         await asyncio.gather(*[worker(i, c) for i in range(64)])
-    print(f"64 clients, {time.time() - started:.0f} s: {outcomes}, completed by kind {by_kind}, "
-          f"slowest by kind {({k: round(v, 1) for k, v in slowest.items()})}")
+    print(
+        f"64 clients, {time.time() - started:.0f} s: {outcomes}, completed by kind {by_kind}, "
+        f"slowest by kind { ({k: round(v, 1) for k, v in slowest.items()}) }"
+    )
     assert problems == []
     assert outcomes["ok"] > 50
     assert {"transcription", "speech", "speech_ws", "chat"} <= set(by_kind)

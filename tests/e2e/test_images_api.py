@@ -63,7 +63,9 @@ def test_same_seed_same_image(http):
 
 
 def test_img2img_uses_the_image(http):
-    red, blue = (generate(http, seed=1, steps=4, image=_png_b64(c), strength=0.5) for c in ((220, 20, 20), (20, 20, 220)))
+    red, blue = (
+        generate(http, seed=1, steps=4, image=_png_b64(c), strength=0.5) for c in ((220, 20, 20), (20, 20, 220))
+    )
     plain = generate(http, seed=1, steps=4)
     for r in (red, blue, plain):
         assert r.status_code == 200, r.text
@@ -158,7 +160,9 @@ def test_load_and_unload_through_the_control_plane(http):
     assert generate(http).json()["model"] == TINY
 
 
-@pytest.mark.parametrize("body", [{"model_id": "ominix-tiny-qwen3"}, {"model_id": "whisper-tiny.en"}, {"model_id": "x", "bits": 7}])
+@pytest.mark.parametrize(
+    "body", [{"model_id": "ominix-tiny-qwen3"}, {"model_id": "whisper-tiny.en"}, {"model_id": "x", "bits": 7}]
+)
 def test_quantize_refusals(http, body):
     error = assert_openai_error(http.post("/v1/models/quantize", json=body), 400)
     if "bits" not in body:
@@ -188,7 +192,9 @@ async def test_chat_and_asr_complete_while_a_generation_runs_then_a_hang_up_stop
 
     def chat_and_asr():
         return asyncio.gather(
-            other.chat.completions.create(messages=[{"role": "user", "content": "hi"}], model="ominix-tiny-qwen3", max_tokens=4),
+            other.chat.completions.create(
+                messages=[{"role": "user", "content": "hi"}], model="ominix-tiny-qwen3", max_tokens=4
+            ),
             other.audio.transcriptions.create(model="whisper-tiny.en", file=("hello.wav", wav)),
         )
 
@@ -205,10 +211,13 @@ async def test_chat_and_asr_complete_while_a_generation_runs_then_a_hang_up_stop
         # The image response only comes when the generation ends: it is still running.
         assert not job.done(), "the generation ended before chat and ASR did"
         progress = (await _until_a_replica_reports(http, lambda s: s.get("in_progress"), "no progress"))["in_progress"]
-        print(f"\nchat and ASR done while the generation was at image {progress['image']}/10 step {progress['step']}/100")
+        print(
+            f"\nchat and ASR done while the generation was at image {progress['image']}/10 step {progress['step']}/100"
+        )
         job.cancel()  # the client goes away: the connection closes
     await _until_a_replica_reports(
-        http, lambda s: s.get("cancelled", 0) >= 1 and s.get("in_progress") is None,
+        http,
+        lambda s: s.get("cancelled", 0) >= 1 and s.get("in_progress") is None,
         "the abandoned generation kept running",
     )
     await other.close()

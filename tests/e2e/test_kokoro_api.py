@@ -27,14 +27,17 @@ SENTENCE = "Please schedule the meeting for Tuesday afternoon. The quick brown f
 def kokoro_loaded(http):
     """The first request converts Kokoro into the session's fresh cache and loads it (the
     conversion takes tens of seconds on a busy 2-core machine); later requests only synthesize."""
-    r = http.post("/v1/audio/speech", json={"model": KOKORO_TTS_ID, "input": "Hello.", "response_format": "pcm"},
-                  timeout=600)
+    r = http.post(
+        "/v1/audio/speech", json={"model": KOKORO_TTS_ID, "input": "Hello.", "response_format": "pcm"}, timeout=600
+    )
     assert r.status_code == 200, r.text
 
 
 def transcribe(client, samples: np.ndarray, rate: int) -> str:
     result = client.audio.transcriptions.create(
-        model=WHISPER_TINY_EN_ID, file=("speech.wav", encode(samples, rate, "wav")), language="en",
+        model=WHISPER_TINY_EN_ID,
+        file=("speech.wav", encode(samples, rate, "wav")),
+        language="en",
     )
     return result.text
 
@@ -49,9 +52,16 @@ def test_speech_round_trip_through_the_graph(client, voice):
 
 
 def test_pcm_streams_sentence_by_sentence(http):
-    with http.stream("POST", "/v1/audio/speech", json={
-        "model": KOKORO_TTS_ID, "voice": "af_heart", "input": SENTENCE, "response_format": "pcm",
-    }) as r:
+    with http.stream(
+        "POST",
+        "/v1/audio/speech",
+        json={
+            "model": KOKORO_TTS_ID,
+            "voice": "af_heart",
+            "input": SENTENCE,
+            "response_format": "pcm",
+        },
+    ) as r:
         assert r.status_code == 200 and r.headers["x-audio-sample-rate"] == "24000"
         chunks = [c for c in r.iter_raw() if c]
     assert len(chunks) >= 2  # the first sentence is sent before the second is synthesized
@@ -59,9 +69,14 @@ def test_pcm_streams_sentence_by_sentence(http):
 
 def test_reference_audio_is_a_400_that_names_a_model_that_clones(http):
     tone = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)).astype(np.float32)
-    r = http.post("/v1/audio/speech", json={
-        "model": KOKORO_TTS_ID, "input": "Hello.", "reference_audio": base64.b64encode(encode(tone, 16000, "wav")).decode(),
-    })
+    r = http.post(
+        "/v1/audio/speech",
+        json={
+            "model": KOKORO_TTS_ID,
+            "input": "Hello.",
+            "reference_audio": base64.b64encode(encode(tone, 16000, "wav")).decode(),
+        },
+    )
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == "reference_audio" and TINY_TTS_ID in error["message"]
@@ -76,8 +91,16 @@ async def test_websocket_speaks_with_kokoro_voices(server, client):
     url = server.replace("http://", "ws://") + "/ws/v1/tts"
     async with websockets.connect(url) as ws:
         assert json.loads(await ws.recv()) == {"event": "connected_success"}
-        await ws.send(json.dumps({"event": "task_start", "model": KOKORO_TTS_ID,
-                                  "voice_setting": {"voice_id": "bf_emma"}, "audio_setting": {"format": "pcm"}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "event": "task_start",
+                    "model": KOKORO_TTS_ID,
+                    "voice_setting": {"voice_id": "bf_emma"},
+                    "audio_setting": {"format": "pcm"},
+                }
+            )
+        )
         started = json.loads(await ws.recv())
         assert started["event"] == "task_started" and started["sample_rate"] == 24000, started
         await ws.send(json.dumps({"event": "task_continue", "text": SENTENCE}))

@@ -39,9 +39,16 @@ def deploy(app: str, router: str, kwargs: dict, cache_dir, models_dir=None) -> N
     from graphs.config import GraphArgs
     from graphs.omni import build_graph
 
-    args = {"cache_dir": str(cache_dir), "llm": {"models_dir": str(models_dir)} if models_dir else {},
-            "asr": {"enabled": False}, "tts": {"enabled": False}, "image": {"enabled": False}}
-    config = RequestRouterConfig(request_router_class=f"deployments.routing.router.{router}", request_router_kwargs=kwargs)
+    args = {
+        "cache_dir": str(cache_dir),
+        "llm": {"models_dir": str(models_dir)} if models_dir else {},
+        "asr": {"enabled": False},
+        "tts": {"enabled": False},
+        "image": {"enabled": False},
+    }
+    config = RequestRouterConfig(
+        request_router_class=f"deployments.routing.router.{router}", request_router_kwargs=kwargs
+    )
     options = {"LLM": {"num_replicas": 2, "request_router_config": config, **SMALL}, "Ingress": SMALL, "Control": SMALL}
     serve.run(build_graph(GraphArgs.from_args(args), options=options), name=app, route_prefix=f"/{app}", blocking=False)
 
@@ -51,6 +58,7 @@ def two_replicas(http: httpx.Client) -> list[str]:
         r = http.get("/v1/models/status")
         ids = [x["replica_id"] for x in r.json()["slots"]["llm"]["replicas"]] if r.status_code == 200 else []
         return ids if len(ids) == 2 else None
+
     return wait_for(replica_ids)
 
 
@@ -133,25 +141,37 @@ def test_user_and_session_header_and_prefix_keep_affinity_too(affinity):
     for fields, headers in (({"user": "alice"}, {}), ({}, {"x-session-id": "sess-42"}), ({}, {})):
         seen = set()
         for _ in range(3):
+
             def send():
-                r = http.post("/v1/chat/completions", json={"messages": base, "max_tokens": 2, **fields}, headers=headers)
+                r = http.post(
+                    "/v1/chat/completions", json={"messages": base, "max_tokens": 2, **fields}, headers=headers
+                )
                 assert r.status_code == 200, r.text
+
             seen.add(served_by(ids, send)[0])
         assert len(seen) == 1, (fields, headers, seen)
 
 
 def test_different_keys_spread_over_both_replicas(affinity):
     http, ids, _ = affinity
-    where = [served_by(ids, lambda k=k: chat(http, [{"role": "user", "content": "hello"}], prompt_cache_key=f"spread-{k}"))[0]
-             for k in range(12)]
+    where = [
+        served_by(ids, lambda k=k: chat(http, [{"role": "user", "content": "hello"}], prompt_cache_key=f"spread-{k}"))[
+            0
+        ]
+        for k in range(12)
+    ]
     assert set(where) == set(ids), where
 
 
 def hot_burst(http: httpx.Client, ids: list[str], key: str, n: int = 10, app: str = APP) -> dict[str, int]:
     """n long requests of one key at once: how many each replica finished."""
     before = {r: sum(finished(r, app).values()) for r in ids}
-    body = {"messages": [{"role": "user", "content": "the same hot conversation"}], "max_tokens": 64,
-            "ignore_eos": True, "prompt_cache_key": key}
+    body = {
+        "messages": [{"role": "user", "content": "the same hot conversation"}],
+        "max_tokens": 64,
+        "ignore_eos": True,
+        "prompt_cache_key": key,
+    }
 
     async def burst():
         async with httpx.AsyncClient(base_url=str(http.base_url), timeout=120) as client:
@@ -171,12 +191,16 @@ def test_a_hot_key_spills_onto_the_second_replica(affinity):
 
 def test_multiplexing_decides_before_the_key(affinity):
     http, ids, second = affinity
-    holder, _ = served_by(ids, lambda: chat(http, [{"role": "user", "content": "b"}], model=second, prompt_cache_key="mx-0"))
+    holder, _ = served_by(
+        ids, lambda: chat(http, [{"role": "user", "content": "b"}], model=second, prompt_cache_key="mx-0")
+    )
     # Serve's routers learn which replica holds a model from the replica's (periodic) report.
     wait_for(lambda: second in finished(holder), 30)
     time.sleep(3)
     for k in range(1, 9):
-        replica, _ = served_by(ids, lambda k=k: chat(http, [{"role": "user", "content": "b"}], model=second, prompt_cache_key=f"mx-{k}"))
+        replica, _ = served_by(
+            ids, lambda k=k: chat(http, [{"role": "user", "content": "b"}], model=second, prompt_cache_key=f"mx-{k}")
+        )
         assert replica == holder, k
     assert [second in finished(r) for r in ids].count(True) == 1  # never loaded on the other replica
 
@@ -198,6 +222,8 @@ def test_a_strict_session_never_moves_even_when_hot(strict):
     http, ids, app = strict
     gained = hot_burst(http, ids, "session-1", app=app)
     assert sorted(gained.values()) == [0, 10], gained
-    where = {served_by(ids, lambda k=k: chat(http, [{"role": "user", "content": "hi"}], prompt_cache_key=f"s-{k}"), app)[0]
-             for k in range(12)}
+    where = {
+        served_by(ids, lambda k=k: chat(http, [{"role": "user", "content": "hi"}], prompt_cache_key=f"s-{k}"), app)[0]
+        for k in range(12)
+    }
     assert where == set(ids)  # sessions still spread when they start

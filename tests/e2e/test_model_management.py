@@ -39,13 +39,25 @@ def managed(server, cache_dir, tiny_llm_dir, tmp_path_factory):
     models_dir = tmp_path_factory.mktemp("models")
     second = models_dir / "tiny-b"
     shutil.copytree(tiny_llm_dir, second)
-    args = {"cache_dir": str(cache_dir), "llm": {"default_model": TINY, "models_dir": str(models_dir)}, "asr": {"enabled": False}, "tts": {"enabled": False}, "image": {"enabled": False}}
-    serve.run(build_graph(GraphArgs.from_args(args), options={"LLM": {"num_replicas": 2}}), name="managed", route_prefix="/managed", blocking=False)
+    args = {
+        "cache_dir": str(cache_dir),
+        "llm": {"default_model": TINY, "models_dir": str(models_dir)},
+        "asr": {"enabled": False},
+        "tts": {"enabled": False},
+        "image": {"enabled": False},
+    }
+    serve.run(
+        build_graph(GraphArgs.from_args(args), options={"LLM": {"num_replicas": 2}}),
+        name="managed",
+        route_prefix="/managed",
+        blocking=False,
+    )
     client = httpx.Client(base_url=f"{server}/managed", timeout=120)
 
     def two_replicas_ready():
         r = client.get("/v1/models/status")
         return r.status_code == 200 and len(r.json()["slots"]["llm"]["replicas"]) == 2
+
     wait_for(two_replicas_ready, 180)
     yield client, str(second)
     client.close()
@@ -89,7 +101,11 @@ def test_load_switches_every_replica_and_requests_keep_being_served(managed):
         async with httpx.AsyncClient(base_url=str(client.base_url), timeout=120) as c:
             results = []
             for _ in range(10):
-                results.append(await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}))
+                results.append(
+                    await c.post(
+                        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+                    )
+                )
             return results
 
     async def load_during_traffic():
@@ -115,7 +131,9 @@ def test_a_replacement_replica_comes_up_with_the_current_default(managed):
     client, second = managed
     before = {r["replica_id"] for r in replicas(client)}
     victim = next(
-        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("SERVE_REPLICA::managed#LLM#")
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("SERVE_REPLICA::managed#LLM#")
     )
     ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
 
@@ -124,6 +142,7 @@ def test_a_replacement_replica_comes_up_with_the_current_default(managed):
         now = replicas(client)
         done = len(now) == 2 and {r["replica_id"] for r in now} != before and not any(r["loading"] for r in now)
         return done and now
+
     now = wait_for(replaced, 180)
     assert [r["default_model"] for r in now] == [second, second]
 

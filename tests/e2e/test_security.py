@@ -23,7 +23,9 @@ def keyed_url(server, cache_dir):
     from graphs.omni import build_app
 
     off = {"enabled": False}  # the keys need no model; the TTS slot is there for the WebSocket
-    app = build_app({"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": off, "asr": off, "image": off})
+    app = build_app(
+        {"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": off, "asr": off, "image": off}
+    )
     serve.run(app, name="keyed", route_prefix="/keyed", blocking=False)
     url = f"{server}/keyed"
     for _ in range(120):
@@ -127,8 +129,13 @@ async def _synthesizes(ws) -> bytes:
 
 @pytest.mark.parametrize(
     "credentials",
-    [{}, {"additional_headers": {"Authorization": "Bearer nope"}}, {"subprotocols": ["bearer", "nope"]},
-     {"subprotocols": ["nope", KEY]}, {"additional_headers": {"Authorization": KEY}}],
+    [
+        {},
+        {"additional_headers": {"Authorization": "Bearer nope"}},
+        {"subprotocols": ["bearer", "nope"]},
+        {"subprotocols": ["nope", KEY]},
+        {"additional_headers": {"Authorization": KEY}},
+    ],
     ids=["none", "wrong-header", "wrong-subprotocol", "key-without-bearer-protocol", "header-without-bearer"],
 )
 async def test_websocket_without_a_valid_key_is_refused_at_the_upgrade(keyed_url, credentials):
@@ -170,8 +177,11 @@ def _slot_totals(http, slot: str, model: str, polls: int = 20) -> dict[str, dict
 
 
 def _grown(before: dict[str, dict], after: dict[str, dict], key: str) -> list[tuple[dict, float]]:
-    return [(totals, totals.get(key, 0) - before.get(replica, {}).get(key, 0))
-            for replica, totals in after.items() if totals.get(key, 0) > before.get(replica, {}).get(key, 0)]
+    return [
+        (totals, totals.get(key, 0) - before.get(replica, {}).get(key, 0))
+        for replica, totals in after.items()
+        if totals.get(key, 0) > before.get(replica, {}).get(key, 0)
+    ]
 
 
 def test_metrics_count_audio_seconds_in_and_out_and_time_to_first_audio(http):
@@ -185,7 +195,9 @@ def test_metrics_count_audio_seconds_in_and_out_and_time_to_first_audio(http):
     asr_model, tts_model, seconds = "ominix-tiny-whisper", "ominix-tiny-pocket-tts", 2.5
     asr_before, tts_before = _slot_totals(http, "asr", asr_model), _slot_totals(http, "tts", tts_model)
     tone = (0.3 * np.sin(2 * np.pi * 330 * np.arange(int(seconds * 22050)) / 22050)).astype(np.float32)
-    r = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", encode_wav(tone, 22050))}, data={"model": asr_model})
+    r = http.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", encode_wav(tone, 22050))}, data={"model": asr_model}
+    )
     assert r.status_code == 200, r.text
     text = "Metrics count this sentence. And this one too!"
     speech = http.post("/v1/audio/speech", json={"input": text, "voice": "alba", "response_format": "wav"})

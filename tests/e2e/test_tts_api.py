@@ -155,7 +155,12 @@ def test_empty_text_gives_empty_audio(http):
         ({"input": "hi", "response_format": "xyz"}, 400, None, "response_format"),
         ({"input": "hi", "stream": True, "response_format": "mp3"}, 400, None, "response_format"),
         ({"input": "hi", "reference_audio": "not base64!"}, 400, "invalid_reference_audio", "reference_audio"),
-        ({"input": "hi", "reference_audio": base64.b64encode(b"RIFFjunk").decode()}, 400, "invalid_reference_audio", None),
+        (
+            {"input": "hi", "reference_audio": base64.b64encode(b"RIFFjunk").decode()},
+            400,
+            "invalid_reference_audio",
+            None,
+        ),
         ({"input": "hi", "model": "nope"}, 404, "model_not_found", "model"),
         ({"input": "hi", "voice": "nobody"}, 404, "voice_not_found", "voice"),
         ({"input": "hi", "voice": "../../etc/passwd"}, 404, "voice_not_found", "voice"),
@@ -185,8 +190,11 @@ async def test_concurrent_clones_never_mix_voices(server):
     """OminiX-API caches one reference globally; here each request keeps its own."""
     refs = [base64.b64encode(tone_wav(f)).decode() for f in (150, 400, 1200)]
     async with httpx.AsyncClient(base_url=server, timeout=120) as ac:
+
         async def synth(ref):
-            r = await ac.post("/v1/audio/speech", json={"input": TEXT, "response_format": "pcm", "reference_audio": ref})
+            r = await ac.post(
+                "/v1/audio/speech", json={"input": TEXT, "response_format": "pcm", "reference_audio": ref}
+            )
             assert r.status_code == 200
             return r.content
 
@@ -223,5 +231,7 @@ def test_first_audio_arrives_long_before_the_end(http):
                 first = time.perf_counter() - t0
             total += len(chunk)
     elapsed = time.perf_counter() - t0
-    print(f"{len(text)} chars: first audio after {first * 1000:.0f} ms, all {total / 2 / RATE:.1f} s of audio after {elapsed * 1000:.0f} ms")
+    print(
+        f"{len(text)} chars: first audio after {first * 1000:.0f} ms, all {total / 2 / RATE:.1f} s of audio after {elapsed * 1000:.0f} ms"
+    )
     assert first < elapsed / 3

@@ -81,16 +81,20 @@ async def test_sustained_burst_scales_the_shipped_tts_slot(server):
         stop_at = t0 + BURST_S
         watcher = asyncio.create_task(watch_replicas(stop, timeline, t0))
         try:
-            await asyncio.gather(chat_meanwhile(http, stop_at, chats),
-                                 *(speak_back_to_back(http, stop_at, done, sizes) for _ in range(CLIENTS)))
+            await asyncio.gather(
+                chat_meanwhile(http, stop_at, chats),
+                *(speak_back_to_back(http, stop_at, done, sizes) for _ in range(CLIENTS)),
+            )
         finally:
             stop.set()
             await watcher
     first = sum(1 for t in done if t - t0 < WINDOW_S)
     last = sum(1 for t in done if BURST_S - WINDOW_S <= t - t0 < BURST_S)
     peak = max(states.get("RUNNING", 0) for _, states in timeline)
-    print(f"{len(done)} requests; first {WINDOW_S:.0f} s: {first}, last {WINDOW_S:.0f} s: {last}; "
-          f"peak {peak} RUNNING TTS replicas; chat latencies {[round(c, 2) for c in chats]}")
+    print(
+        f"{len(done)} requests; first {WINDOW_S:.0f} s: {first}, last {WINDOW_S:.0f} s: {last}; "
+        f"peak {peak} RUNNING TTS replicas; chat latencies {[round(c, 2) for c in chats]}"
+    )
     print("replica timeline:", [(t, s) for i, (t, s) in enumerate(timeline) if i == 0 or s != timeline[i - 1][1]])
 
     assert peak >= 2, f"the TTS slot never ran a second replica: {timeline[-1]}"

@@ -41,7 +41,12 @@ def test_register_use_and_delete(http, cache_dir):
     assert r.json() == {"name": "Narrator", "aliases": ["storyteller", "Teller"], "source": "registry"}
 
     listed = {v["name"]: v for v in http.get("/v1/voices").json()["voices"]}
-    assert listed["Narrator"] == {"name": "Narrator", "aliases": ["storyteller", "Teller"], "source": "registry", "language": "en"}
+    assert listed["Narrator"] == {
+        "name": "Narrator",
+        "aliases": ["storyteller", "Teller"],
+        "source": "registry",
+        "language": "en",
+    }
     saved = json.loads(registry_file(cache_dir).read_text())
     assert saved["voices"]["Narrator"]["ref_text"] == "a tone"
 
@@ -62,8 +67,11 @@ def test_registry_file_edits_are_seen_without_restart(http, cache_dir, tmp_path)
     ref = tmp_path / "guest.wav"
     ref.write_bytes(tone_wav(600))
     before = path.read_text() if path.exists() else None
-    registry = {"default_voice": "guest", "models_base_path": str(tmp_path),
-                "voices": {"guest": {"ref_audio": "guest.wav", "ref_text": "", "aliases": ["visitor"]}}}
+    registry = {
+        "default_voice": "guest",
+        "models_base_path": str(tmp_path),
+        "voices": {"guest": {"ref_audio": "guest.wav", "ref_text": "", "aliases": ["visitor"]}},
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(registry))

@@ -39,7 +39,9 @@ async def synthesize(ws, text: str, **extra) -> tuple[list[bytes], dict]:
 
 
 def http_pcm(server: str, voice: str, text: str = TEXT) -> bytes:
-    r = httpx.post(f"{server}/v1/audio/speech", json={"input": text, "voice": voice, "response_format": "pcm"}, timeout=60)
+    r = httpx.post(
+        f"{server}/v1/audio/speech", json={"input": text, "voice": voice, "response_format": "pcm"}, timeout=60
+    )
     assert r.status_code == 200
     return r.content
 
@@ -74,7 +76,9 @@ async def test_full_session_with_voice_switching(ws_url, server):
 async def test_wav_framing_puts_a_header_on_each_text(ws_url, server):
     async with websockets.connect(ws_url) as ws:
         await recv(ws)
-        assert (await start(ws, voice_setting={"voice_id": "marius"}, audio_setting={"format": "wav"}))["format"] == "wav"
+        assert (await start(ws, voice_setting={"voice_id": "marius"}, audio_setting={"format": "wav"}))[
+            "format"
+        ] == "wav"
         for _ in range(2):
             chunks, _ = await synthesize(ws, TEXT)
             assert chunks[0][:4] == b"RIFF" and all(c[:4] != b"RIFF" for c in chunks[1:])
@@ -99,7 +103,10 @@ async def test_task_start_is_optional_and_empty_text_is_final_only(ws_url):
         ({"event": "task_continue"}, "Missing 'text' field"),
         ({"event": "task_continue", "text": 5}, "Missing 'text' field"),
         ({"event": "dance"}, "Unknown event: dance"),
-        ({"event": "task_continue", "text": "hi there", "voice_id": "nobody"}, "TTS error: Voice 'nobody' is not available"),
+        (
+            {"event": "task_continue", "text": "hi there", "voice_id": "nobody"},
+            "TTS error: Voice 'nobody' is not available",
+        ),
         ({"event": "task_continue", "text": "x" * 4097}, "Text too long: 4097 characters (maximum 4096)"),
         ({"event": "task_start", "audio_setting": {"format": "mp3"}}, "Unsupported audio format: mp3"),
         ({"event": "task_start", "voice_setting": {"speed": 9}}, "voice_setting.speed must be"),

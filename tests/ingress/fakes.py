@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 import numpy as np
 
@@ -108,8 +109,14 @@ def speech(seconds: float = 0.1) -> Callable[..., list]:
 
 
 def tts_facts(params=None, model: Optional[str] = None) -> dict:
-    return {"model": model or "ominix-tiny-pocket-tts", "model_type": "pocket_tts", "sample_rate": SAMPLE_RATE,
-            "presets": ["alba"], "max_input_chars": 4096, "ws_idle_timeout_s": 120.0}
+    return {
+        "model": model or "ominix-tiny-pocket-tts",
+        "model_type": "pocket_tts",
+        "sample_rate": SAMPLE_RATE,
+        "presets": ["alba"],
+        "max_input_chars": 4096,
+        "ws_idle_timeout_s": 120.0,
+    }
 
 
 def transcript(text: str = "hello world") -> Callable[..., Transcript]:

@@ -27,8 +27,12 @@ async def test_chat_is_assembled_from_the_slot_stream(http, slots):
 
 
 async def test_streamed_chat_frames_sse_and_ends_with_done(http):
-    body = {"model": "ominix-tiny-qwen3", "stream": True, "messages": [{"role": "user", "content": "hi"}],
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "ominix-tiny-qwen3",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream_options": {"include_usage": True},
+    }
     r = await http.post("/v1/chat/completions", json=body)
     lines = [line for line in r.text.splitlines() if line.startswith("data: ")]
     assert r.headers["content-type"].startswith("text/event-stream") and lines[-1] == "data: [DONE]"
@@ -63,7 +67,9 @@ async def test_a_named_model_reaches_the_slot_as_its_multiplexed_id(http, slots)
 
 
 async def test_unknown_model_is_a_404_before_any_slot_is_called(http, slots):
-    r = await http.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    r = await http.post(
+        "/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert not slots["llm"].calls
 
@@ -75,8 +81,9 @@ async def test_speech_streams_wav_from_the_slot(http):
 
 
 async def test_transcription_renders_the_slot_transcript(http, slots):
-    r = await http.post("/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")},
-                        data={"response_format": "verbose_json"})
+    r = await http.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")}, data={"response_format": "verbose_json"}
+    )
     assert r.status_code == 200 and r.json()["text"] == "hello world"
     assert r.json()["segments"][0]["end"] == 1.0 and slots["asr"].calls[0][0] == "transcribe"
 
@@ -123,8 +130,12 @@ async def test_images_are_returned_as_base64_with_their_seeds(http, slots):
     from deployments.protocol.images import GeneratedImages
 
     def generate(params, model=None):
-        return GeneratedImages(model="ominix-tiny-flux2-klein", images=[b"\x89PNG-a", b"\x89PNG-b"],
-                               seeds=[params.seed, params.seed + 1], output_format="png")
+        return GeneratedImages(
+            model="ominix-tiny-flux2-klein",
+            images=[b"\x89PNG-a", b"\x89PNG-b"],
+            seeds=[params.seed, params.seed + 1],
+            output_format="png",
+        )
 
     slots["image"].answers["generate"] = generate
     r = await http.post("/v1/images/generations", json={"prompt": "a red cube", "n": 2, "size": "64x64", "seed": 7})

@@ -19,7 +19,9 @@ def test_corpus_counts():
 
 
 @pytest.mark.parametrize("path, method, request_kwargs, status, param", HTTP_CASES)
-async def test_bad_audio_request_is_refused_by_the_ingress(http, slots, path, method, request_kwargs, status, param, request):
+async def test_bad_audio_request_is_refused_by_the_ingress(
+    http, slots, path, method, request_kwargs, status, param, request
+):
     for client in slots.values():
         client.answers.clear()  # every slot call answers 418
     slots["tts"].answers["describe"] = fakes.tts_facts

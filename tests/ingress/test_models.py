@@ -19,12 +19,20 @@ class FakeControl(fakes.FakeClient):
         super().__init__(status=self._status, set_desired=self._set, wait_applied=self._applied)
 
     def _report(self, slot: str, index: int, model: str | None, error: str | None = None) -> ReplicaReport:
-        return ReplicaReport(slot=slot, replica_id=f"{slot}-{index}", epoch=self.desired[slot].epoch,
-                             default_model=model, loaded_models=[model] if model else [], error=error)
+        return ReplicaReport(
+            slot=slot,
+            replica_id=f"{slot}-{index}",
+            epoch=self.desired[slot].epoch,
+            default_model=model,
+            loaded_models=[model] if model else [],
+            error=error,
+        )
 
     def _status(self, model=None) -> dict:
-        return {slot: {"desired": d.model_dump(), "replicas": [self._report(slot, 0, d.model).model_dump()]}
-                for slot, d in self.desired.items()}
+        return {
+            slot: {"desired": d.model_dump(), "replicas": [self._report(slot, 0, d.model).model_dump()]}
+            for slot, d in self.desired.items()
+        }
 
     def _set(self, slot, state, desired_model, model=None) -> Desired:
         current = self.desired[slot]
@@ -46,8 +54,12 @@ def _client(control: FakeControl, **args):
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
 
 
-DEFAULTS = {"llm": "ominix-tiny-qwen3", "asr": "whisper-tiny.en", "tts": "ominix-tiny-pocket-tts",
-            "image": "ominix-tiny-flux2-klein"}
+DEFAULTS = {
+    "llm": "ominix-tiny-qwen3",
+    "asr": "whisper-tiny.en",
+    "tts": "ominix-tiny-pocket-tts",
+    "image": "ominix-tiny-flux2-klein",
+}
 
 
 async def test_status_and_readiness_come_from_the_control_plane(tmp_path):
@@ -56,7 +68,11 @@ async def test_status_and_readiness_come_from_the_control_plane(tmp_path):
         assert status["models"] == DEFAULTS and status["slots"]["llm"]["state"] == LOADED
         assert status["slots"]["tts"]["replicas"][0]["replica_id"] == "tts-0"
         ready = await http.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["slots"]["asr"] == {"ready": True, "model": "whisper-tiny.en", "replicas": 1}
+        assert ready.status_code == 200 and ready.json()["slots"]["asr"] == {
+            "ready": True,
+            "model": "whisper-tiny.en",
+            "replicas": 1,
+        }
         ids = [card["id"] for card in (await http.get("/v1/models")).json()["data"]]
         assert "ominix-tiny-qwen3" in ids and "whisper-tiny.en" in ids
 
@@ -68,7 +84,9 @@ async def test_a_load_that_fails_on_a_replica_keeps_the_previous_model(tmp_path)
         assert r.status_code == 500 and "asr-1" in r.json()["error"]["message"]
         assert control.desired["asr"].model == "whisper-tiny.en"  # put back
         ok = await http.post("/v1/models/load", json={"model_id": "ominix-tiny-qwen3", "model_type": "llm"})
-        assert ok.status_code == 200 and [v["default_model"] for v in ok.json()["replicas"]] == ["ominix-tiny-qwen3"] * 2
+        assert (
+            ok.status_code == 200 and [v["default_model"] for v in ok.json()["replicas"]] == ["ominix-tiny-qwen3"] * 2
+        )
 
 
 async def test_loads_are_checked_before_the_control_plane_is_asked(tmp_path):
@@ -92,4 +110,7 @@ async def test_version_lists_the_engines_of_enabled_slots(tmp_path):
     async with _client(FakeControl(DEFAULTS), cache_dir=str(tmp_path), image={"enabled": False}) as http:
         body = (await http.get("/v1/version")).json()
     categories = {engine["category"] for engine in body["capabilities"].values()}
-    assert categories == {"llm", "asr", "tts"} and {"model": "whisper-tiny.en", "model_type": "asr"} in body["models_loaded"]
+    assert (
+        categories == {"llm", "asr", "tts"}
+        and {"model": "whisper-tiny.en", "model_type": "asr"} in body["models_loaded"]
+    )

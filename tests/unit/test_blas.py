@@ -38,8 +38,11 @@ print(json.dumps({{**blas.select().as_dict(), "mapped": mapped,
 def _probe(env: dict[str, str], before: str = "", unset: tuple[str, ...] = ()) -> dict:
     child_env = {k: v for k, v in {**os.environ, **env}.items() if k not in unset}
     run = subprocess.run(
-        [sys.executable, "-c", PROBE.format(before=before)], env=child_env,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", PROBE.format(before=before)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if run.returncode != 0:
         raise RuntimeError(run.stderr)
@@ -90,10 +93,13 @@ def test_mlx_imported_first_is_reported_not_hidden():
     assert probe["library"] == blas.REFERENCE and "imported before" in probe["reason"]
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("/nonexistent/libopenblas.so.0", "cannot be opened"),
-    ("libm.so.6", "has no cblas_sgemm"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("/nonexistent/libopenblas.so.0", "cannot be opened"),
+        ("libm.so.6", "has no cblas_sgemm"),
+    ],
+)
 def test_a_wrong_library_stops_the_process_with_the_reason(setting, message):
     with pytest.raises(RuntimeError) as e:
         _probe({blas.ENV: setting})

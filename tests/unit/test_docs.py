@@ -7,9 +7,9 @@ docs/performance.md carries the latest bench/results. No Ray: the app is only bu
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from collections.abc import Iterator
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -70,7 +70,7 @@ def github_anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-@lru_cache(maxsize=None)
+@cache
 def anchors(path: Path) -> frozenset[str]:
     prose, _ = split_code(path.read_text())
     seen: dict[str, int] = {}
@@ -153,8 +153,12 @@ def is_route(method: str, path: str) -> bool:
 
     websocket = method == "WS"
     scope = {
-        "type": "websocket" if websocket else "http", "path": path, "root_path": "",
-        "method": "GET" if websocket else method, "headers": [], "query_string": b"",
+        "type": "websocket" if websocket else "http",
+        "path": path,
+        "root_path": "",
+        "method": "GET" if websocket else method,
+        "headers": [],
+        "query_string": b"",
     }
     return any(route.matches(scope)[0] == Match.FULL for route in app().routes)
 
@@ -221,8 +225,12 @@ def test_every_http_route_of_the_app_is_documented():
 def test_the_readme_has_a_first_request_per_modality():
     routes = set(example_routes(README))
     for expected in [
-        ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/audio/speech"),
-        ("POST", "/v1/audio/transcriptions"), ("POST", "/v1/images/generations"), ("WS", "/ws/v1/tts"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/audio/speech"),
+        ("POST", "/v1/audio/transcriptions"),
+        ("POST", "/v1/images/generations"),
+        ("WS", "/ws/v1/tts"),
     ]:
         assert expected in routes
 
@@ -233,15 +241,20 @@ def test_the_route_checker_sees_every_example_form_and_refuses_unknown_routes(tm
         "Use `POST /v1/audio/speech` or `DELETE /v1/voices/{name}`; not `POST /v1/audio/tts/qwen3`.\n\n"
         "| GET, POST | `/v1/voices` | list, register |\n\n"
         "```bash\ncurl http://127.0.0.1:8080/v1/models/load -H 'content-type: application/json' \\\n"
-        "  -d '{\"model_type\": \"asr\"}'\ncurl -X DELETE http://127.0.0.1:8080/v1/voices/me\n"
+        '  -d \'{"model_type": "asr"}\'\ncurl -X DELETE http://127.0.0.1:8080/v1/voices/me\n'
         "curl http://127.0.0.1:8080/v1/nothing\n```\n\n"
-        "```python\nwebsockets.connect(\"ws://127.0.0.1:8080/ws/v1/tts\")\n```\n"
+        '```python\nwebsockets.connect("ws://127.0.0.1:8080/ws/v1/tts")\n```\n'
     )
     routes = example_routes(page)
     assert routes == [
-        ("POST", "/v1/audio/speech"), ("DELETE", "/v1/voices/x"), ("POST", "/v1/audio/tts/qwen3"),
-        ("GET", "/v1/voices"), ("POST", "/v1/voices"),
-        ("POST", "/v1/models/load"), ("DELETE", "/v1/voices/me"), ("GET", "/v1/nothing"),
+        ("POST", "/v1/audio/speech"),
+        ("DELETE", "/v1/voices/x"),
+        ("POST", "/v1/audio/tts/qwen3"),
+        ("GET", "/v1/voices"),
+        ("POST", "/v1/voices"),
+        ("POST", "/v1/models/load"),
+        ("DELETE", "/v1/voices/me"),
+        ("GET", "/v1/nothing"),
         ("WS", "/ws/v1/tts"),
     ]
     unknown = [r for r in routes if not is_route(*r)]

@@ -32,7 +32,12 @@ def test_bytes_and_files_are_recorded_once_and_cleared(caplog):
         reconstruct.update(500_000_000)  # the same bytes written to disk: not counted twice
         files.update(1)
     state = active_downloads()["org/model"]
-    assert (state["bytes"], state["total_bytes"], state["files"], state["total_files"]) == (500_000_000, 2_000_000_000, 1, 4)
+    assert (state["bytes"], state["total_bytes"], state["files"], state["total_files"]) == (
+        500_000_000,
+        2_000_000_000,
+        1,
+        4,
+    )
     assert describe(state) == "0.50 of 2.00 GB, 1/4 files"
     assert any("Downloading org/model" in r.message for r in caplog.records)
     finished("org/model")

@@ -33,10 +33,13 @@ def test_every_deployment_reserves_memory():
 KEYS = ("num_cpus", "memory")
 
 
-@pytest.mark.parametrize("name, module, cls", [
-    ("Ingress", "deployments.ingress.deployment", "Ingress"),
-    ("Control", "deployments.control.deployment", "Control"),
-])
+@pytest.mark.parametrize(
+    "name, module, cls",
+    [
+        ("Ingress", "deployments.ingress.deployment", "Ingress"),
+        ("Control", "deployments.control.deployment", "Control"),
+    ],
+)
 def test_the_deployments_defaults_match_the_config(name, module, cls):
     """Apps built in code (tests, benchmarks) reserve what `serve run serve_config.yaml` does."""
     import importlib

@@ -38,8 +38,13 @@ async def create_speech(
         except BadReferenceAudio as e:
             raise invalid_request(str(e), "reference_audio", "invalid_reference_audio") from None
     params = SynthesisParams(
-        text=request.input, voice=request.voice, speed=request.speed, language=request.language,
-        instruct=request.instruct, reference_audio=reference, reference_text=request.reference_text,
+        text=request.input,
+        voice=request.voice,
+        speed=request.speed,
+        language=request.language,
+        instruct=request.instruct,
+        reference_audio=reference,
+        reference_text=request.reference_text,
     )
     speech = await SpeechStream.open(state, params, model)
     if sse == "openai":
@@ -70,8 +75,12 @@ async def clone_speech(
     if not audio:
         raise invalid_request("reference_audio is empty", "reference_audio", "invalid_reference_audio")
     params = SynthesisParams(
-        text=input, speed=speed, language=language or None, instruct=(instruct or prompt or "").strip() or None,
-        reference_audio=audio, reference_text=reference_text or None,
+        text=input,
+        speed=speed,
+        language=language or None,
+        instruct=(instruct or prompt or "").strip() or None,
+        reference_audio=audio,
+        reference_text=reference_text or None,
     )
     speech = await SpeechStream.open(state, params, resolved)
     return await audio_response(speech, fmt)

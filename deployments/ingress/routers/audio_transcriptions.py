@@ -43,8 +43,11 @@ async def create_transcription(request: Request, state: IngressState = Depends(i
     else:
         params, audio = _from_query(request), await request.body()
         if not audio:
-            raise invalid_request("The request has no audio: send a multipart form with `file`, "
-                                  "a JSON body with `file` (base64), or the audio bytes as the body.", "file")
+            raise invalid_request(
+                "The request has no audio: send a multipart form with `file`, "
+                "a JSON body with `file` (base64), or the audio bytes as the body.",
+                "file",
+            )
     model = state.catalog.resolve("asr", params.model)
     transcript = await asr.call("transcribe", params, audio, server_path, model=model)
     body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)

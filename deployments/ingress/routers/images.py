@@ -20,8 +20,8 @@ from deployments.protocol.images import (
     GeneratedImages,
     ImageData,
     ImageGenerationRequest,
-    ImagesResponse,
     ImageParams,
+    ImagesResponse,
     QuantizeRequest,
     decode_image_base64,
 )
@@ -34,7 +34,9 @@ async def create_images(request: ImageGenerationRequest, state: IngressState = D
     if request.response_format == "url":
         raise invalid_request(
             "response_format 'url' is not supported: this server does not store or serve image files; "
-            "use 'b64_json' (the default)", "response_format", "unsupported_response_format",
+            "use 'b64_json' (the default)",
+            "response_format",
+            "unsupported_response_format",
         )
     image_slot = state.slot("image")
     model = state.catalog.resolve("image", request.model)
@@ -69,12 +71,14 @@ async def quantize_model(request: QuantizeRequest, state: IngressState = Depends
         raise invalid_request(
             f"Quantization is supported for the image slot's models (FLUX.2-klein, Z-Image-Turbo, through "
             f"mflux); '{request.model_id}' is not one. Image models served here: {served}. LLMs come "
-            "quantized from mlx-lm (e.g. mlx-community/*-4bit).", "model_id", "model_not_quantizable",
+            "quantized from mlx-lm (e.g. mlx-community/*-4bit).",
+            "model_id",
+            "model_not_quantizable",
         )
     result = await image_slot.call("quantize", model, request.bits)
     verb = "Reused existing" if result["reused"] else "Saved"
     return {
         "status": "success",
-        "message": f"{verb} {result['bits']}-bit quantized weights at \"{result['path']}\"",
+        "message": f'{verb} {result["bits"]}-bit quantized weights at "{result["path"]}"',
         **result,
     }

@@ -115,7 +115,7 @@ async def _serve_session(websocket: WebSocket, state: IngressState) -> None:
     while True:
         try:
             raw = await asyncio.wait_for(websocket.receive(), timeout=facts["ws_idle_timeout_s"])
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await _error(websocket, f"Idle timeout: no message for {facts['ws_idle_timeout_s']:g} s, closing")
             return
         if raw["type"] == "websocket.disconnect":
@@ -139,10 +139,16 @@ async def _serve_session(websocket: WebSocket, state: IngressState) -> None:
                 candidate.start(message)
                 facts = await _describe(state, candidate)
                 session = candidate
-                await _send(websocket, {
-                    "event": "task_started", "sample_rate": facts["sample_rate"], "channels": 1,
-                    "bits_per_sample": 16, "format": session.format,
-                })
+                await _send(
+                    websocket,
+                    {
+                        "event": "task_started",
+                        "sample_rate": facts["sample_rate"],
+                        "channels": 1,
+                        "bits_per_sample": 16,
+                        "format": session.format,
+                    },
+                )
             elif event == "task_continue":
                 await _synthesize(websocket, state, session, message, facts["max_input_chars"])
             elif event == "task_finish":

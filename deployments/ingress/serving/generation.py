@@ -7,7 +7,8 @@ status) and answer; each builds its own response shapes.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable, Optional
+from collections.abc import AsyncIterator, Callable
+from typing import Optional
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
@@ -16,7 +17,6 @@ from deployments.ingress.clients import SlotStream
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.state import IngressState
 from deployments.protocol.generation import GenerationChunk
-from deployments.routing.affinity import llm_affinity_key
 from deployments.protocol.openai import (
     AssistantMessage,
     ChatChoice,
@@ -32,6 +32,7 @@ from deployments.protocol.openai import (
     ToolCallDelta,
     random_id,
 )
+from deployments.routing.affinity import llm_affinity_key
 
 # Both get the resolved model id, which responses echo.
 StreamBuilder = Callable[[SlotStream, str], AsyncIterator[BaseModel | dict]]

@@ -65,7 +65,11 @@ class ServingModels:
         cuda = await cuda_status(self.state)
         if cuda is not None:
             ready = ready and cuda["model_ready"]
-        body = {"status": "ready" if ready else "not_ready", "slots": slots, "sglang_cuda": cuda or {"configured": False}}
+        body = {
+            "status": "ready" if ready else "not_ready",
+            "slots": slots,
+            "sglang_cuda": cuda or {"configured": False},
+        }
         return body, ready
 
     async def _slot_readiness(self) -> tuple[dict, bool]:
@@ -76,12 +80,18 @@ class ServingModels:
         slots, ready = {}, True
         for slot, info in status.items():
             desired = info["desired"]
-            serving = [r for r in info["replicas"] if desired["state"] == LOADED and r["default_model"] == desired["model"]]
+            serving = [
+                r for r in info["replicas"] if desired["state"] == LOADED and r["default_model"] == desired["model"]
+            ]
             if serving:
                 slots[slot] = {"ready": True, "model": desired["model"], "replicas": len(serving)}
             else:
                 ready = False
-                reason = "unloaded by an operator" if desired["state"] == UNLOADED else f"no replica has loaded {desired['model']} yet"
+                reason = (
+                    "unloaded by an operator"
+                    if desired["state"] == UNLOADED
+                    else f"no replica has loaded {desired['model']} yet"
+                )
                 slots[slot] = {"ready": False, "reason": reason}
         return slots, ready
 
@@ -109,8 +119,10 @@ class ServingModels:
         except Exception:  # the control plane is away: the version still answers
             pass
         return {
-            "ominix_serve": __version__, "service": SERVICE_NAME,
-            "capabilities": registry(self.state.catalog.slots), "models_loaded": loaded,
+            "ominix_serve": __version__,
+            "service": SERVICE_NAME,
+            "capabilities": registry(self.state.catalog.slots),
+            "models_loaded": loaded,
         }
 
     # ------------------------------------------------------------------ changing
@@ -129,7 +141,9 @@ class ServingModels:
             await self._restore(slot, previous)
             detail = "; ".join(f"{r.replica_id}: {r.error or 'not loaded'}" for r in failed) or "no replica answered"
             raise server_error(f"Loading '{model}' failed ({detail}); {previous['model']} keeps serving")
-        return LoadResponse(model=model, model_type=slot, replicas=[ReplicaView.model_validate(r.model_dump()) for r in replicas])
+        return LoadResponse(
+            model=model, model_type=slot, replicas=[ReplicaView.model_validate(r.model_dump()) for r in replicas]
+        )
 
     async def _restore(self, slot: str, previous: dict) -> None:
         # Keep the slot's desired state truthful: the previous model goes on serving.

@@ -23,8 +23,13 @@ from deployments.asr.convert import (
 )
 
 # CTranslate2's DataType ids, as its writer of model.bin numbers them.
-CT2_DTYPE_IDS = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2,
-                 np.dtype(np.int32): 3, np.dtype(np.float16): 4}
+CT2_DTYPE_IDS = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.int8): 1,
+    np.dtype(np.int16): 2,
+    np.dtype(np.int32): 3,
+    np.dtype(np.float16): 4,
+}
 
 
 def write_ct2_model(path: Path, model: CT2Model) -> None:
@@ -50,8 +55,18 @@ def write_ct2_model(path: Path, model: CT2Model) -> None:
             put_str(f, target)
 
 
-DIMS = {"n_mels": 80, "n_audio_ctx": 1500, "n_audio_state": 16, "n_audio_head": 2, "n_audio_layer": 2,
-        "n_vocab": 51864, "n_text_ctx": 448, "n_text_state": 16, "n_text_head": 2, "n_text_layer": 2}
+DIMS = {
+    "n_mels": 80,
+    "n_audio_ctx": 1500,
+    "n_audio_state": 16,
+    "n_audio_head": 2,
+    "n_audio_layer": 2,
+    "n_vocab": 51864,
+    "n_text_ctx": 448,
+    "n_text_state": 16,
+    "n_text_head": 2,
+    "n_text_layer": 2,
+}
 
 
 def mlx_whisper_params(dims=DIMS) -> dict[str, np.ndarray]:
@@ -90,9 +105,11 @@ def to_ct2(params: dict[str, np.ndarray], dims=DIMS) -> CT2Model:
             v[f"{s}/self_attention/layer_norm/gamma"] = p[f"{b}.attn_ln.weight"]
             v[f"{s}/self_attention/layer_norm/beta"] = p[f"{b}.attn_ln.bias"]
             v[f"{s}/self_attention/linear_0/weight"] = np.concatenate(
-                [p[f"{b}.attn.query.weight"], p[f"{b}.attn.key.weight"], p[f"{b}.attn.value.weight"]])
+                [p[f"{b}.attn.query.weight"], p[f"{b}.attn.key.weight"], p[f"{b}.attn.value.weight"]]
+            )
             v[f"{s}/self_attention/linear_0/bias"] = np.concatenate(
-                [p[f"{b}.attn.query.bias"], zeros, p[f"{b}.attn.value.bias"]])
+                [p[f"{b}.attn.query.bias"], zeros, p[f"{b}.attn.value.bias"]]
+            )
             v[f"{s}/self_attention/linear_1/weight"] = p[f"{b}.attn.out.weight"]
             v[f"{s}/self_attention/linear_1/bias"] = p[f"{b}.attn.out.bias"]
             if side == "decoder":
@@ -101,11 +118,15 @@ def to_ct2(params: dict[str, np.ndarray], dims=DIMS) -> CT2Model:
                 v[f"{s}/attention/linear_0/weight"] = p[f"{b}.cross_attn.query.weight"]
                 v[f"{s}/attention/linear_0/bias"] = p[f"{b}.cross_attn.query.bias"]
                 v[f"{s}/attention/linear_1/weight"] = np.concatenate(
-                    [p[f"{b}.cross_attn.key.weight"], p[f"{b}.cross_attn.value.weight"]])
+                    [p[f"{b}.cross_attn.key.weight"], p[f"{b}.cross_attn.value.weight"]]
+                )
                 v[f"{s}/attention/linear_1/bias"] = np.concatenate([zeros, p[f"{b}.cross_attn.value.bias"]])
                 v[f"{s}/attention/linear_2/weight"] = p[f"{b}.cross_attn.out.weight"]
                 v[f"{s}/attention/linear_2/bias"] = p[f"{b}.cross_attn.out.bias"]
-            v[f"{s}/ffn/layer_norm/gamma"], v[f"{s}/ffn/layer_norm/beta"] = p[f"{b}.mlp_ln.weight"], p[f"{b}.mlp_ln.bias"]
+            v[f"{s}/ffn/layer_norm/gamma"], v[f"{s}/ffn/layer_norm/beta"] = (
+                p[f"{b}.mlp_ln.weight"],
+                p[f"{b}.mlp_ln.bias"],
+            )
             for k, name in ((0, "mlp1"), (1, "mlp2")):
                 v[f"{s}/ffn/linear_{k}/weight"] = p[f"{b}.{name}.weight"]
                 v[f"{s}/ffn/linear_{k}/bias"] = p[f"{b}.{name}.bias"]
@@ -167,9 +188,19 @@ def test_real_tiny_en_checkpoint_converts_and_loads(cache_dir):
     out = ensure_whisper_tiny_en(cache_dir)
     assert ensure_whisper_tiny_en(cache_dir) == out  # cached: the second call converts nothing
     config = json.loads((out / "config.json").read_text())
-    assert config == {"model_type": "whisper", "n_mels": 80, "n_audio_ctx": 1500, "n_audio_state": 384,
-                      "n_audio_head": 6, "n_audio_layer": 4, "n_vocab": 51864, "n_text_ctx": 448,
-                      "n_text_state": 384, "n_text_head": 6, "n_text_layer": 4}
+    assert config == {
+        "model_type": "whisper",
+        "n_mels": 80,
+        "n_audio_ctx": 1500,
+        "n_audio_state": 384,
+        "n_audio_head": 6,
+        "n_audio_layer": 4,
+        "n_vocab": 51864,
+        "n_text_ctx": 448,
+        "n_text_state": 384,
+        "n_text_head": 6,
+        "n_text_layer": 4,
+    }
     weights = load_file(str(out / "model.safetensors"))
     assert weights["encoder.conv1.weight"].shape == (384, 3, 80)  # MLX conv layout
     assert weights["encoder.blocks.0.attn.query.weight"].shape == (384, 384)

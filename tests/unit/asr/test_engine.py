@@ -70,7 +70,15 @@ def test_batches_split_by_model_and_options():
 
     en, fr = TranscribeOptions(language="en"), TranscribeOptions(language="fr")
     prompted, words = TranscribeOptions(language="en", prompt="Ominix"), TranscribeOptions(word_timestamps=True)
-    keys = [("m", en), ("m", fr), ("m", en), ("m", prompted), ("other", en), ("m", words), ("m", TranscribeOptions(language="en"))]
+    keys = [
+        ("m", en),
+        ("m", fr),
+        ("m", en),
+        ("m", prompted),
+        ("other", en),
+        ("m", words),
+        ("m", TranscribeOptions(language="en")),
+    ]
     assert group_by_options(keys) == [[0, 2, 6], [1], [3], [4], [5]]
 
 

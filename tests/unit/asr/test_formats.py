@@ -70,8 +70,18 @@ def test_verbose_json_has_openai_fields_and_words_on_request():
     body, _ = render(transcript(), "verbose_json", include_words=True)
     assert body["language"] == "en" and body["duration"] == 3662.0 and body["text"] == "Hello there. Bye."
     seg = body["segments"][1]
-    assert {"id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob",
-            "compression_ratio", "no_speech_prob"} <= set(seg)
+    assert {
+        "id",
+        "seek",
+        "start",
+        "end",
+        "text",
+        "tokens",
+        "temperature",
+        "avg_logprob",
+        "compression_ratio",
+        "no_speech_prob",
+    } <= set(seg)
     assert (seg["id"], seg["start"], seg["end"]) == (1, 3661.25, 3662.0)
     assert body["words"] == [
         {"word": " Hello", "start": 0.0, "end": 0.5, "probability": 0.9},
@@ -94,12 +104,21 @@ def test_srt_and_vtt():
 @pytest.mark.parametrize(
     "mode, max_batch, expected",
     [
-        ("off", None, (1, 0.0)), ("None", None, (1, 0.0)), ("1", None, (1, 0.0)),
-        ("interactive", None, (4, 0.010)), (" LOW-LATENCY ", None, (4, 0.010)),
-        ("conversational", None, (8, 0.025)), ("balanced", None, (8, 0.025)), ("default", None, (8, 0.025)),
-        ("offline", None, (32, 0.150)), ("throughput", None, (32, 0.150)), ("batch", None, (32, 0.150)),
+        ("off", None, (1, 0.0)),
+        ("None", None, (1, 0.0)),
+        ("1", None, (1, 0.0)),
+        ("interactive", None, (4, 0.010)),
+        (" LOW-LATENCY ", None, (4, 0.010)),
+        ("conversational", None, (8, 0.025)),
+        ("balanced", None, (8, 0.025)),
+        ("default", None, (8, 0.025)),
+        ("offline", None, (32, 0.150)),
+        ("throughput", None, (32, 0.150)),
+        ("batch", None, (32, 0.150)),
         ("nonsense", None, (8, 0.025)),
-        ("offline", 3, (3, 0.150)), ("offline", 1, (1, 0.0)), ("off", 4, (4, 0.0)),
+        ("offline", 3, (3, 0.150)),
+        ("offline", 1, (1, 0.0)),
+        ("off", 4, (4, 0.0)),
     ],
 )
 def test_ominix_batching_modes(mode, max_batch, expected):

@@ -35,8 +35,21 @@ def test_m4a_with_its_index_at_the_end_needs_the_seekable_memfd_path(tmp_path, m
     from deployments.audio import decode as decode_module
 
     dst = tmp_path / "long.m4a"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "sine=frequency=440:duration=120",
-                    "-c:a", "aac", str(dst)], check=True)
+    subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:duration=120",
+            "-c:a",
+            "aac",
+            str(dst),
+        ],
+        check=True,
+    )
     data = dst.read_bytes()
     out = decode_audio(data, 16000)
     assert abs(len(out) - 120 * 16000) < 16000

@@ -14,8 +14,7 @@ def test_bench_readme_fills_the_marked_blocks_from_results(tmp_path):
     for ext in ("md", "json", "png"):
         shutil.copy(readme.RESULTS / f"tts.{ext}", results / f"tts.{ext}")
     page = tmp_path / "docs" / "performance.md"
-    text = ("intro\n<!-- bench:tts -->\nold\n<!-- /bench:tts -->\n"
-            "<!-- bench:asr -->\nold\n<!-- /bench:asr -->\nend\n")
+    text = "intro\n<!-- bench:tts -->\nold\n<!-- /bench:tts -->\n<!-- bench:asr -->\nold\n<!-- /bench:asr -->\nend\n"
     out = readme.update(text, results, page)
     tts = out.split("<!-- bench:tts -->\n")[1].split("<!-- /bench:tts -->")[0]
     assert tts.startswith("Measured ") and (results / "tts.md").read_text().strip() in tts

@@ -45,7 +45,9 @@ def test_targets_compare_within_the_run():
     t = targets(res, [1, 16])
     assert t["tokens_per_s_vs_mlx_lm_server_at_16"] == {"value": 1.2, "target": ">= 1.2", "met": True}
     assert t["tokens_per_s_vs_in_process_at_16"]["met"] is False
-    assert t["ttft_p50_over_in_process_ms_at_1"]["value"] == 20.0 and t["ttft_p50_over_in_process_ms_at_1"]["met"] is False
+    assert (
+        t["ttft_p50_over_in_process_ms_at_1"]["value"] == 20.0 and t["ttft_p50_over_in_process_ms_at_1"]["met"] is False
+    )
     assert t["batching_speedup_at_max_concurrency"]["value"] == 3.0
     assert ratio(1.0, 0) is None
 
@@ -57,4 +59,8 @@ def test_benchmark_model_is_in_the_asked_range():
 
 def test_table_is_markdown():
     assert table(["a", "b"], [[1, None], [0.12345, 1234.5]]).splitlines() == [
-        "| a | b |", "|---|---|", "| 1 | - |", "| 0.123 | 1234 |"]
+        "| a | b |",
+        "|---|---|",
+        "| 1 | - |",
+        "| 0.123 | 1234 |",
+    ]

@@ -163,7 +163,18 @@ async def test_unsupported_request_never_reaches_the_worker(shim, fresh):
 
 @pytest.mark.parametrize(
     "status, expected",
-    [(400, 400), (422, 400), (401, 503), (403, 503), (429, 503), (503, 503), (408, 504), (504, 504), (500, 502), (404, 502)],
+    [
+        (400, 400),
+        (422, 400),
+        (401, 503),
+        (403, 503),
+        (429, 503),
+        (503, 503),
+        (408, 504),
+        (504, 504),
+        (500, 502),
+        (404, 502),
+    ],
 )
 @pytest.mark.parametrize("stream", [False, True])
 async def test_generate_status_mapping(shim, fresh, status, expected, stream):

@@ -143,7 +143,10 @@ def test_non_utf8_environment_value():
 
 
 def test_mapped_id_colliding_with_a_local_llm_model():
-    with pytest.raises(CudaConfigError, match="LLM_MODEL collides with an exact OminiX-SGLang route; configure one backend for model ominix-tiny-qwen3"):
+    with pytest.raises(
+        CudaConfigError,
+        match="LLM_MODEL collides with an exact OminiX-SGLang route; configure one backend for model ominix-tiny-qwen3",
+    ):
         route(OMINIX_V0_SCHEDULER_MODELS="x,ominix-tiny-qwen3")
     env = {**GOOD, "LLM_MODEL": "qwen3-8b-cuda"}
     with pytest.raises(CudaConfigError, match="LLM_MODEL collides"):
@@ -165,7 +168,9 @@ def test_graph_args_block_and_env_override():
     }
     r = GraphArgs.from_args(args, environ={}).cuda_route()
     assert (r.models, r.timeout_s, r.chat_template_kwargs) == (("a", "b"), 60, {"enable_thinking": False})
-    r = GraphArgs.from_args(args, environ={"OMINIX_V0_SCHEDULER_MODELS": "c", "OMINIX_V0_SCHEDULER_TIMEOUT_SECS": "9"}).cuda_route()
+    r = GraphArgs.from_args(
+        args, environ={"OMINIX_V0_SCHEDULER_MODELS": "c", "OMINIX_V0_SCHEDULER_TIMEOUT_SECS": "9"}
+    ).cuda_route()
     assert r.models == ("c",) and r.timeout_s == 9 and r.token == "from-args"
     with pytest.raises(ConfigError, match="OMINIX_V0_SCHEDULER_URL must not be empty"):
         GraphArgs.from_args(args, environ={"OMINIX_V0_SCHEDULER_URL": ""}).cuda_route()

@@ -56,7 +56,15 @@ def request(**fields):
         {"tool_choice": {"type": "function", "function": {"name": "f"}}},
         {"messages": [{"role": "tool", "content": "42", "tool_call_id": "c1"}]},
         {"messages": [{"role": "user", "content": "x", "tool_call_id": "c1"}]},
-        {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                }
+            ]
+        },
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "only text"}]}]},
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}]},
     ],
@@ -73,7 +81,14 @@ def test_unsupported_requests(fields):
         {"tool_choice": "none"},
         {"tools": []},
         {"max_tokens": 1, "stream": True},
-        {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}, *HELLO]},
+        {
+            "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "u"},
+                {"role": "assistant", "content": "a"},
+                *HELLO,
+            ]
+        },
         {"messages": [{"role": "assistant", "content": "a", "tool_calls": []}, *HELLO]},
     ],
 )
@@ -178,8 +193,14 @@ def test_model_identity():
 
 def ev(kind, rid="ominix-r", **fields):
     return json.dumps(
-        {"protocol_version": "ominix.worker.v0", "message_type": "WorkerEvent", "request_id": rid,
-         "kind": kind, "created_at_ms": 1, **fields}
+        {
+            "protocol_version": "ominix.worker.v0",
+            "message_type": "WorkerEvent",
+            "request_id": rid,
+            "kind": kind,
+            "created_at_ms": 1,
+            **fields,
+        }
     )
 
 
@@ -222,7 +243,19 @@ def test_accepted_finish_reasons(reason):
         ([ev("done")], ProtocolError),
         ([ev("done", finish_reason="eos")], ProtocolError),
         ([ev("telemetry")], ProtocolError),
-        ([json.dumps({"protocol_version": "ominix.worker.v0", "message_type": "WorkerEvent", "request_id": "ominix-r", "created_at_ms": 1})], ProtocolError),
+        (
+            [
+                json.dumps(
+                    {
+                        "protocol_version": "ominix.worker.v0",
+                        "message_type": "WorkerEvent",
+                        "request_id": "ominix-r",
+                        "created_at_ms": 1,
+                    }
+                )
+            ],
+            ProtocolError,
+        ),
         ([ev("token", rid="ominix-other", text_delta="x")], ProtocolError),
         ([ev("token", text_delta="x", sequence_index=1)], ProtocolError),
         ([ev("token", text_delta="x", created_at_ms=None)], ProtocolError),

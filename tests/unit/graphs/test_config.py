@@ -18,11 +18,16 @@ def shipped_args():
 def test_shipped_config_validates_and_serves_the_real_small_models():
     config = GraphArgs.from_args(shipped_args(), environ={})
     assert config.llm.default_model == "ominix-smollm2-135m-instruct"
-    assert config.catalog()["llm"] == {"models": ["ominix-smollm2-135m-instruct", "ominix-tiny-qwen3"], "models_dir": None}
+    assert config.catalog()["llm"] == {
+        "models": ["ominix-smollm2-135m-instruct", "ominix-tiny-qwen3"],
+        "models_dir": None,
+    }
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
     # Every enabled slot starts under the control plane with its configured default.
     assert config.defaults() == {
-        "llm": "ominix-smollm2-135m-instruct", "asr": "whisper-tiny.en", "tts": "ominix-tiny-pocket-tts",
+        "llm": "ominix-smollm2-135m-instruct",
+        "asr": "whisper-tiny.en",
+        "tts": "ominix-tiny-pocket-tts",
         "image": "ominix-tiny-flux2-klein",
     }
 
@@ -50,7 +55,9 @@ def test_env_errors_name_the_variable_and_never_echo_its_value():
 
 def test_a_list_variable_replaces_the_configured_list():
     args = {"security": {"api_keys": ["from-args"], "cors_origins": ["https://a.example"]}}
-    config = GraphArgs.from_args(args, environ={"OMINIX_API_KEY": "env-1, env-2", "OMINIX_CORS_ORIGINS": "https://b.example"})
+    config = GraphArgs.from_args(
+        args, environ={"OMINIX_API_KEY": "env-1, env-2", "OMINIX_CORS_ORIGINS": "https://b.example"}
+    )
     assert config.security.api_keys == ["env-1", "env-2"]
     assert config.security.cors_origins == ["https://b.example"]
     assert GraphArgs.from_args(args, environ={}).security.api_keys == ["from-args"]
@@ -111,7 +118,9 @@ def test_keyless_network_bind_is_refused_unless_explicitly_allowed():
 
 
 def test_connection_cap_from_env():
-    assert GraphArgs.from_args({}, environ={"OMINIX_MAX_CONNS": "5"}).ingress_settings(None).max_concurrent_requests == 5
+    assert (
+        GraphArgs.from_args({}, environ={"OMINIX_MAX_CONNS": "5"}).ingress_settings(None).max_concurrent_requests == 5
+    )
 
 
 def test_ominix_env_names_patch_http_options():
@@ -119,7 +128,12 @@ def test_ominix_env_names_patch_http_options():
 
     config = {"http_options": {"host": "127.0.0.1", "port": 8080}, "applications": []}
     patched = apply_env(config, {"PORT": "9000", "OMINIX_TLS_CERT": "/c.pem", "OMINIX_TLS_KEY": "/k.pem"})
-    assert patched["http_options"] == {"host": "127.0.0.1", "port": 9000, "ssl_certfile": "/c.pem", "ssl_keyfile": "/k.pem"}
+    assert patched["http_options"] == {
+        "host": "127.0.0.1",
+        "port": 9000,
+        "ssl_certfile": "/c.pem",
+        "ssl_keyfile": "/k.pem",
+    }
     assert config["http_options"]["port"] == 8080  # the file's config is not modified
     with pytest.raises(SystemExit):
         apply_env(config, {"OMINIX_TLS_CERT": "/c.pem"})

@@ -140,21 +140,25 @@ def test_the_shipped_example_needs_asr(tmp_path):
 
 
 def test_make_serve_refuses_to_start_and_lists_every_problem(tmp_path):
-    manifest = write(tmp_path, """
+    manifest = write(
+        tmp_path,
+        """
 [app]
 name = "greedy"
 ominix_api = ">=99"
 [requires]
 image = ">=0.1"
 llm = { capabilities = { vision = true } }
-""")
+""",
+    )
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     config["applications"][0]["args"]["image"]["enabled"] = False  # the image slot is what is missing
     config_path = tmp_path / "serve_config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "OMINIX_SERVE_CONFIG": str(config_path), "OMINIX_APP_MANIFEST": manifest}
-    proc = subprocess.run([sys.executable, "-m", "graphs.serve"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "graphs.serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0
     assert "App 'greedy' has 3 unsatisfied requirements" in proc.stderr
     for item in ("ominix_api >=99", "'image' is not available", "does not support 'vision'"):

@@ -24,9 +24,14 @@ def test_shipped_config_serves_the_tiny_model_under_the_control_plane():
     assert config.catalog()["image"]["models"] == ["ominix-tiny-flux2-klein"]
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("flux", "black-forest-labs/FLUX.2-klein-4B"), ("ZIMAGE", "Tongyi-MAI/Z-Image-Turbo"), ("/models/flux", "/models/flux"),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("flux", "black-forest-labs/FLUX.2-klein-4B"),
+        ("ZIMAGE", "Tongyi-MAI/Z-Image-Turbo"),
+        ("/models/flux", "/models/flux"),
+    ],
+)
 def test_image_model_env(value, expected):
     assert GraphArgs.from_args({}, environ={"IMAGE_MODEL": value}).image.default_model == expected
 

@@ -36,7 +36,9 @@ def test_conv1d_matches_mlx(length, kernel, stride, padding, dilation, groups):
 
 TRANSPOSE_GRID = [
     (length, k, s, p, d, op, g)
-    for length, k, s, p, d, op, g in itertools.product([1, 6, 17], [1, 3, 4, 12, 20], [1, 2, 6, 10], [0, 1, 3, 5], [1, 2], [0, 1], [1, 2])
+    for length, k, s, p, d, op, g in itertools.product(
+        [1, 6, 17], [1, 3, 4, 12, 20], [1, 2, 6, 10], [0, 1, 3, 5], [1, 2], [0, 1], [1, 2]
+    )
     if p <= d * (k - 1) and op < max(s, d) and (length - 1) * s - 2 * p + d * (k - 1) + op + 1 > 0
 ]
 

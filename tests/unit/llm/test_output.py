@@ -67,7 +67,9 @@ def test_template_opened_thinking_starts_in_reasoning():
 
 
 def test_tool_calls_are_extracted():
-    text = 'Sure.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>{"name": "g"}</tool_call>'
+    text = (
+        'Sure.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>{"name": "g"}</tool_call>'
+    )
     for cuts in every_split(text):
         content, _, tools, _ = run(text, cuts, tool_call=TOOL)
         assert content == "Sure.\n"

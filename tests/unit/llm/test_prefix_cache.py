@@ -15,13 +15,16 @@ from deployments.protocol.openai import ChatCompletionRequest
 SYSTEM_PROMPT = "You are a careful assistant. " * 12
 
 
-@pytest.mark.parametrize("tokens, cached, system_end, segments, keep", [
-    (list(range(10)), 0, 0, [list(range(10))], [HISTORY]),
-    (list(range(10)), 0, 4, [[0, 1, 2, 3], list(range(4, 10))], [SYSTEM, HISTORY]),
-    (list(range(10)), 6, 4, [list(range(6, 10))], [HISTORY]),  # the system part is cached
-    (list(range(10)), 9, 4, [[9]], []),  # only the last token runs
-    (list(range(10)), 0, 9, [list(range(10))], [HISTORY]),  # no room after the system part
-])
+@pytest.mark.parametrize(
+    "tokens, cached, system_end, segments, keep",
+    [
+        (list(range(10)), 0, 0, [list(range(10))], [HISTORY]),
+        (list(range(10)), 0, 4, [[0, 1, 2, 3], list(range(4, 10))], [SYSTEM, HISTORY]),
+        (list(range(10)), 6, 4, [list(range(6, 10))], [HISTORY]),  # the system part is cached
+        (list(range(10)), 9, 4, [[9]], []),  # only the last token runs
+        (list(range(10)), 0, 9, [list(range(10))], [HISTORY]),  # no room after the system part
+    ],
+)
 def test_prompts_are_split_where_a_cache_is_worth_keeping(tokens, cached, system_end, segments, keep):
     assert plan_segments(tokens, cached, system_end) == (segments, keep)
 
@@ -99,6 +102,7 @@ async def test_without_the_cache_nothing_is_reused(engines):
 async def test_a_failing_cache_turns_itself_off_and_the_generation_goes_on(tiny_llm_dir):
     engine = await LLMEngine.start("tiny", tiny_llm_dir, EngineConfig())
     try:
+
         def broken(*args, **kwargs):
             raise MemoryError("no room for the cache")
 

@@ -7,11 +7,7 @@ from deployments.llm.tiny_model import TINY_LLM_ID, ensure_tiny_llm
 
 
 def _digest(directory):
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.iterdir())
-        if p.is_file()
-    }
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 def test_generation_is_deterministic_and_reused(tiny_llm_dir, tmp_path):

@@ -24,7 +24,11 @@ def stream_model_text(tokenizer, text, **parser_kw):
     detok.finalize()
     out = parser.feed(detok.last_segment)
     tail = parser.finish()
-    return content + out.content + tail.content, reasoning + out.reasoning + tail.reasoning, tool_texts + out.tool_texts + tail.tool_texts
+    return (
+        content + out.content + tail.content,
+        reasoning + out.reasoning + tail.reasoning,
+        tool_texts + out.tool_texts + tail.tool_texts,
+    )
 
 
 def test_qwen_tool_call_becomes_openai_tool_calls(tiny_tokenizer):

@@ -37,12 +37,24 @@ def test_size_errors_say_why():
         parse_size("4096x16")
 
 
-@pytest.mark.parametrize("body", [
-    {"prompt": ""}, {"prompt": "   "}, {}, {"prompt": "x", "n": 0}, {"prompt": "x", "n": 11},
-    {"prompt": "x", "strength": 1.5}, {"prompt": "x", "strength": -0.1}, {"prompt": "x", "steps": 0},
-    {"prompt": "x", "steps": 101}, {"prompt": "x", "seed": -1}, {"prompt": "x", "response_format": "file"},
-    {"prompt": "x", "output_format": "gif"}, {"prompt": "x", "output_compression": 101},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": ""},
+        {"prompt": "   "},
+        {},
+        {"prompt": "x", "n": 0},
+        {"prompt": "x", "n": 11},
+        {"prompt": "x", "strength": 1.5},
+        {"prompt": "x", "strength": -0.1},
+        {"prompt": "x", "steps": 0},
+        {"prompt": "x", "steps": 101},
+        {"prompt": "x", "seed": -1},
+        {"prompt": "x", "response_format": "file"},
+        {"prompt": "x", "output_format": "gif"},
+        {"prompt": "x", "output_compression": 101},
+    ],
+)
 def test_invalid(body):
     with pytest.raises(ValidationError):
         ImageGenerationRequest.model_validate(body)
@@ -50,8 +62,15 @@ def test_invalid(body):
 
 def test_aliases_and_blanks():
     r = ImageGenerationRequest.model_validate(
-        {"prompt": "x", "num_inference_steps": 3, "guidance_scale": 2.5, "negative_prompt": " ", "output_format": "jpg",
-         "quality": "hd", "style": "vivid"}
+        {
+            "prompt": "x",
+            "num_inference_steps": 3,
+            "guidance_scale": 2.5,
+            "negative_prompt": " ",
+            "output_format": "jpg",
+            "quality": "hd",
+            "style": "vivid",
+        }
     )
     assert (r.steps, r.guidance, r.negative_prompt, r.output_format) == (3, 2.5, None, "jpeg")
 

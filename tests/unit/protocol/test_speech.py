@@ -16,8 +16,16 @@ def test_blank_strings_are_absent():
     assert (r.instruct, r.voice, r.language) == (None, None, None)
 
 
-@pytest.mark.parametrize("body", [{}, {"input": "hi", "speed": 0.1}, {"input": "hi", "speed": 4.5},
-                                  {"input": "hi", "response_format": "ogg"}, {"input": "hi", "stream_format": "x"}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"input": "hi", "speed": 0.1},
+        {"input": "hi", "speed": 4.5},
+        {"input": "hi", "response_format": "ogg"},
+        {"input": "hi", "stream_format": "x"},
+    ],
+)
 def test_invalid(body):
     with pytest.raises(ValidationError):
         SpeechRequest.model_validate(body)

@@ -59,7 +59,9 @@ def test_completion_key_follows_the_prompt_head():
     head = "x" * 300
     first, later = CompletionRequest(prompt=head), CompletionRequest(prompt=head + " and then more text")
     assert llm_affinity_key(first) == llm_affinity_key(later)
-    assert llm_affinity_key(CompletionRequest(prompt=[1, 2, 3])) != llm_affinity_key(CompletionRequest(prompt=[1, 2, 4]))
+    assert llm_affinity_key(CompletionRequest(prompt=[1, 2, 3])) != llm_affinity_key(
+        CompletionRequest(prompt=[1, 2, 4])
+    )
 
 
 def test_prompt_cache_key_is_bounded():

@@ -18,8 +18,11 @@ def test_shipped_config_serves_the_tiny_tts():
 
 
 def test_ominix_env_overrides():
-    env = {"TTS_MODEL": "mlx-community/Kokoro-82M-bf16", "VOICES_CONFIG": "~/.OminiX/models/voices.json",
-           "TTS_VOICES_DIR": "/srv/voices"}
+    env = {
+        "TTS_MODEL": "mlx-community/Kokoro-82M-bf16",
+        "VOICES_CONFIG": "~/.OminiX/models/voices.json",
+        "TTS_VOICES_DIR": "/srv/voices",
+    }
     config = GraphArgs.from_args(shipped()["args"], environ=env)
     assert config.catalog()["tts"]["models"] == ["mlx-community/Kokoro-82M-bf16", "ominix-kokoro-82m"]
     assert config.tts.voices_config == "~/.OminiX/models/voices.json"

@@ -41,9 +41,10 @@ def spec():
 def test_scope_names_map_to_modules():
     assert scope_module("/encoder/text_encoder/cnn.0/cnn.0.0/Conv_quant") == "encoder.text_encoder.cnn.0.0"
     assert scope_module("/encoder/F0.1/conv1x1/Conv_quant") == "encoder.F0.1.conv1x1"
-    assert scope_module(
-        "/encoder/bert/encoder/albert_layer_groups.0/albert_layers.0/attention_3/query_1/MatMul_quant"
-    ) == "encoder.bert.encoder.albert_layer_groups.0.albert_layers.0.attention.query"
+    assert (
+        scope_module("/encoder/bert/encoder/albert_layer_groups.0/albert_layers.0/attention_3/query_1/MatMul_quant")
+        == "encoder.bert.encoder.albert_layer_groups.0.albert_layers.0.attention.query"
+    )
     assert scope_module("/decoder/decoder/asr_res/asr_res.0/Conv_quant") == "decoder.decoder.asr_res.0"
 
 
@@ -78,9 +79,13 @@ def test_dequantisation_matches_the_onnx_integers(onnx_model, kokoro_dir):
 
     node = nodes["/encoder/text_encoder/cnn.1/cnn.1.0/Conv_quant"]
     q = node.input[1]
-    conv = (init[q].astype(np.float32) - init[node.input[3]].astype(np.float32)) * init[q.replace("_quantized", "_scale")]
+    conv = (init[q].astype(np.float32) - init[node.input[3]].astype(np.float32)) * init[
+        q.replace("_quantized", "_scale")
+    ]
     v, g = weights["text_encoder.cnn.1.0.weight_v"], weights["text_encoder.cnn.1.0.weight_g"]
-    np.testing.assert_allclose(g * v / np.linalg.norm(v.reshape(len(v), -1), axis=1)[:, None, None], conv, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        g * v / np.linalg.norm(v.reshape(len(v), -1), axis=1)[:, None, None], conv, rtol=1e-5, atol=1e-7
+    )
 
     node = nodes["/encoder/text_encoder/lstm/LSTM_quant"]
     w = (init[node.input[1]][0].astype(np.float32) - init[node.input[9]][0]) * init[node.input[8]][0]

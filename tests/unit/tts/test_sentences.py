@@ -7,7 +7,9 @@ from deployments.tts.sentences import clean, merge_pieces, split_pieces, split_s
 
 def test_splits_after_ascii_punctuation_followed_by_space():
     assert split_sentences("Hello world. How are you? I am fine, thanks!") == [
-        "Hello world.", "How are you?", "I am fine, thanks!",
+        "Hello world.",
+        "How are you?",
+        "I am fine, thanks!",
     ]
 
 

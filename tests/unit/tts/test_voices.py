@@ -23,15 +23,19 @@ PRESETS = ["alba", "marius"]
 
 @pytest.fixture
 def registry(tmp_path):
-    return RegistryData.parse(json.dumps({
-        "default_voice": "doubao",
-        "models_base_path": str(tmp_path),
-        "voices": {
-            "doubao": {"ref_audio": "doubao.wav", "ref_text": "hi", "aliases": ["default_cn", "DB"]},
-            "Marc": {"ref_audio": "~/marc.wav", "ref_text": "", "aliases": ["host"], "speed_factor": 1.1},
-            "zed": {"ref_audio": "/abs/zed.wav", "ref_text": "", "aliases": ["host"]},
-        },
-    }))
+    return RegistryData.parse(
+        json.dumps(
+            {
+                "default_voice": "doubao",
+                "models_base_path": str(tmp_path),
+                "voices": {
+                    "doubao": {"ref_audio": "doubao.wav", "ref_text": "hi", "aliases": ["default_cn", "DB"]},
+                    "Marc": {"ref_audio": "~/marc.wav", "ref_text": "", "aliases": ["host"], "speed_factor": 1.1},
+                    "zed": {"ref_audio": "/abs/zed.wav", "ref_text": "", "aliases": ["host"]},
+                },
+            }
+        )
+    )
 
 
 def test_registry_name_case_insensitive_and_paths(registry, tmp_path):
@@ -75,8 +79,16 @@ def test_files_only_inside_voices_dir(tmp_path):
     (voices / "link.wav").symlink_to(tmp_path / "secret.wav")
     assert safe_voice_file("sub/me.wav", voices) == (voices / "sub" / "me.wav").resolve()
     assert safe_voice_file(str(voices / "sub" / "me.wav"), voices) is not None
-    for attempt in ("../secret.wav", "sub/../../secret.wav", "./sub/me.wav", str(tmp_path / "secret.wav"),
-                    "link.wav", "missing.wav", "/etc/passwd", "sub"):
+    for attempt in (
+        "../secret.wav",
+        "sub/../../secret.wav",
+        "./sub/me.wav",
+        str(tmp_path / "secret.wav"),
+        "link.wav",
+        "missing.wav",
+        "/etc/passwd",
+        "sub",
+    ):
         assert safe_voice_file(attempt, voices) is None, attempt
     assert safe_voice_file("sub/me.wav", None) is None  # no TTS_VOICES_DIR: no files at all
     v = resolve_voice("sub/me.wav", RegistryData(), PRESETS, voices)
