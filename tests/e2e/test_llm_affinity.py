@@ -17,19 +17,11 @@ import time
 import httpx
 import pytest
 
+from tests.assertions import wait_for
+
 TINY = "ominix-tiny-qwen3"
 APP = "affinity"
 SMALL = {"ray_actor_options": {"num_cpus": 0.01}}
-
-
-def wait_for(predicate, timeout_s=180, interval=0.5):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached")
 
 
 def deploy(app: str, router: str, kwargs: dict, cache_dir, models_dir=None) -> None:
@@ -59,7 +51,7 @@ def two_replicas(http: httpx.Client) -> list[str]:
         ids = [x["replica_id"] for x in r.json()["slots"]["llm"]["replicas"]] if r.status_code == 200 else []
         return ids if len(ids) == 2 else None
 
-    return wait_for(replica_ids)
+    return wait_for(replica_ids, 180)
 
 
 @pytest.fixture(scope="module")

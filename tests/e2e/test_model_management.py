@@ -10,23 +10,14 @@ import asyncio
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.assertions import wait_for
+
 TINY = "ominix-tiny-qwen3"
-
-
-def wait_for(predicate, timeout_s=120, interval=0.5):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached")
 
 
 @pytest.fixture(scope="module")

