@@ -97,6 +97,7 @@ SLOTS: dict[str, Slot] = {
             config=LLMSlotConfig,
             builtins={SMOLLM2_ID: ensure_smollm2, TINY_LLM_ID: ensure_tiny_llm},
             random_builtins=frozenset({TINY_LLM_ID}),
+            replica_resources=reserve(0.1, 1024),  # SmolLM2 dense float32: 777 MiB peak
             real_model_hint=f"the default {SMOLLM2_ID}, or LLM_MODEL=mlx-community/Qwen3-0.6B-4bit on a Mac",
             routes=(
                 Route("/v1/chat/completions", 20 * MiB, 300.0),
