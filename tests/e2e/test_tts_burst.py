@@ -3,8 +3,9 @@ serve_config.yaml as shipped, on the CPUs and memory Ray detects (tests/e2e/conf
 the way a user drives it (POST /v1/audio/speech over HTTP). 16 clients send back to back for
 60 s; the shipped resource model (docs/resources.md) must let the TTS slot run a second replica
 on the 2-core machine, every request is answered with the full audio, chat is answered during
-the burst, more requests complete per second at the end of the burst than at its start, and the
-slot comes back down to its minimum after serve_config.yaml's downscale delay.
+the burst, the last 20 s complete at least 1.3x as many requests per second as one replica did
+before the scale-up, and the slot comes back down to its minimum after serve_config.yaml's
+downscale delay.
 
 The model is named in every request: the burst measures scaling on the built-in tiny model,
 whatever the slot's default becomes.
@@ -107,7 +108,17 @@ async def test_sustained_burst_scales_the_shipped_tts_slot(server):
     assert peak >= 2, f"the TTS slot never ran a second replica: {timeline[-1]}"
     assert len(sizes) == 1 and sizes.pop() > 0  # every answer is the whole (deterministic) audio
     assert len(chats) >= BURST_S / (2 * CHAT_EVERY_S)  # chat kept answering through the burst
-    assert first > 0 and last >= MIN_SPEEDUP * first, (first, last)
+    # The extra replicas must add throughput: the last 20 s against the rate while one replica
+    # served. (The "last 20 s vs first 20 s" is printed above; it is not asserted
+    # because it punishes a fast scale-up: with a second replica RUNNING t s in, it can be at
+    # most 20/(20-t), and Serve's 10 s load report lands anywhere in the burst. CI saw 1.18x
+    # with 3 replicas RUNNING at 11.6 s.)
+    scaled_at = next(t for t, states in timeline if states.get("RUNNING", 0) >= 2)
+    alone = sum(1 for t in done if t - t0 < scaled_at)
+    assert alone > 0, f"nothing finished before the scale-up at {scaled_at} s"
+    one_replica_rate, last_rate = alone / scaled_at, last / WINDOW_S
+    print(f"one replica: {one_replica_rate:.1f}/s for {scaled_at} s; last {WINDOW_S:.0f} s: {last_rate:.1f}/s")
+    assert last_rate >= MIN_SPEEDUP * one_replica_rate, (one_replica_rate, last_rate)
     await back_to_minimum()
 
 
