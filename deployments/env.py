@@ -74,15 +74,21 @@ ENV_VARS: tuple[EnvVar, ...] = (
 )
 
 
-def parse(var: EnvVar, raw: str) -> Any:
-    """The value of a set variable, by its kind (the rule in the module docstring)."""
+def clean_text(name: str, raw: str, error: type[ConfigError] = ConfigError, hint: str = "") -> str:
+    """A setting's text, trimmed; not valid UTF-8 or blank is an `error` naming the setting."""
     try:
         raw.encode("utf-8")  # os.environ keeps undecodable bytes as lone surrogates
     except UnicodeEncodeError:
-        raise ConfigError(f"{var.name} must be valid UTF-8") from None
+        raise error(f"{name} must be valid UTF-8") from None
     value = raw.strip()
     if not value:
-        raise ConfigError(f"{var.name} must not be empty when present (unset it to use the configured value)")
+        raise error(f"{name} must not be empty when present{hint}")
+    return value
+
+
+def parse(var: EnvVar, raw: str) -> Any:
+    """The value of a set variable, by its kind (the rule in the module docstring)."""
+    value = clean_text(var.name, raw, hint=" (unset it to use the configured value)")
     if var.kind == "int":
         try:
             return int(value)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from deployments.env import ConfigError
+from deployments.env import ConfigError, clean_text
 
 URL_VAR = "OMINIX_V0_SCHEDULER_URL"
 TOKEN_VAR = "OMINIX_V0_SCHEDULER_TOKEN"
@@ -122,14 +122,7 @@ def check_no_collision(route: CudaRoute, local_llm_ids: list[str]) -> None:
 
 
 def _clean(var: str, value: str) -> str:
-    try:
-        value.encode("utf-8")  # os.environ keeps undecodable bytes as lone surrogates
-    except UnicodeEncodeError:
-        raise CudaConfigError(f"{var} must be valid UTF-8") from None
-    value = value.strip()
-    if not value:
-        raise CudaConfigError(f"{var} must not be empty when present")
-    return value
+    return clean_text(var, value, CudaConfigError)
 
 
 def _base_url(value: str) -> str:
