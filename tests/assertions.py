@@ -19,10 +19,10 @@ def assert_openai_error(r, status, param=None, code=None):
 
 def wait_for(predicate, timeout_s: float = 120, interval: float = 0.5):
     """Poll until `predicate()` returns something truthy (returned), or fail after `timeout_s`."""
-    deadline = time.time() + timeout_s
+    deadline, value = time.time() + timeout_s, None
     while time.time() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError("condition not reached")
+    raise AssertionError(f"condition not reached in {timeout_s} s (last: {value!r})")

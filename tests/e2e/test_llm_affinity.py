@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from contextlib import AsyncExitStack
 
 import httpx
 import pytest
@@ -156,21 +157,43 @@ def test_different_keys_spread_over_both_replicas(affinity):
 
 
 def hot_burst(http: httpx.Client, ids: list[str], key: str, n: int = 10, app: str = APP) -> dict[str, int]:
-    """n long requests of one key at once: how many each replica finished."""
+    """n long streams of one key, each opened once the previous one is generating (so every
+    routing decision sees the earlier ones queued, as a hot key's load looks to the router):
+    how many each replica finished."""
     before = {r: sum(finished(r, app).values()) for r in ids}
     body = {
         "messages": [{"role": "user", "content": "the same hot conversation"}],
         "max_tokens": 64,
         "ignore_eos": True,
         "prompt_cache_key": key,
+        "stream": True,
     }
 
-    async def burst():
-        async with httpx.AsyncClient(base_url=str(http.base_url), timeout=120) as client:
-            return await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for _ in range(n)))
+    async def drain(lines, first_line: str) -> int:
+        chunks = int(first_line.startswith("data:"))
+        async for line in lines:
+            chunks += line.startswith("data:")
+        return chunks
 
-    assert all(a.status_code == 200 for a in asyncio.run(burst()))
-    gained = {r: sum(finished(r, app).values()) - before[r] for r in ids}
+    async def burst():
+        async with httpx.AsyncClient(base_url=str(http.base_url), timeout=120) as client, AsyncExitStack() as streams:
+            drains = []
+            for _ in range(n):
+                r = await streams.enter_async_context(client.stream("POST", "/v1/chat/completions", json=body))
+                assert r.status_code == 200
+                lines = r.aiter_lines()
+                first = await anext(lines)  # generating now: the router counts it on its replica
+                drains.append(asyncio.ensure_future(drain(lines, first)))
+            return await asyncio.gather(*drains)
+
+    assert all(chunks > 1 for chunks in asyncio.run(burst()))
+    # A replica counts a stream once its generation ends, just after the last chunk.
+    deadline = time.monotonic() + 30
+    while True:
+        gained = {r: sum(finished(r, app).values()) - before[r] for r in ids}
+        if sum(gained.values()) == n or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert sum(gained.values()) == n, gained
     return gained
 
