@@ -47,6 +47,15 @@ def current_rss_bytes(status_file: str = "/proc/self/status") -> Optional[int]:
     return None
 
 
+def node_facts() -> dict:
+    """The Ray node this replica runs on, for /v1/models/status: which machine serves a slot
+    when the cluster has several (docs/multi-node.md)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return {"id": context.get_node_id(), "ip": ray.util.get_node_ip_address(), "labels": context.get_node_labels()}
+
+
 class SlotAgent:
     def __init__(
         self,
@@ -157,6 +166,7 @@ class SlotAgent:
             error=self.error,
             loading={"model": self.loading, "download": active_downloads().get(self.loading)} if self.loading else None,
             blas=blas.select().as_dict(),
+            node=node_facts(),
         )
         await self.control.report.remote(report)
 

@@ -33,8 +33,9 @@ def from_exception(exc: BaseException) -> APIError:
         return exc
     if isinstance(exc, (BackPressureError, DeploymentUnavailableError)):
         return unavailable(f"The model slot is overloaded or unavailable: {exc}")
-    if isinstance(exc, ray_exceptions.ActorDiedError):
-        return unavailable("A model replica died while serving the request; retry it")
+    if isinstance(exc, (ray_exceptions.RayActorError, ray_exceptions.NodeDiedError)):
+        # ActorDiedError, ActorUnavailableError: the replica's process or its whole node is gone.
+        return unavailable("A model replica died or its node was lost while serving the request; retry it")
     logger.exception("Unexpected error", exc_info=exc)
     return server_error(f"Internal error: {type(exc).__name__}: {exc}")
 

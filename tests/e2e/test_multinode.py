@@ -1,0 +1,287 @@
+"""Several nodes, as docs/multi-node.md sets them up: a head and two worker nodes, each its own
+`ray start --block` process with a label, and `serve run` of serve_config.yaml as shipped plus
+the placement block of docs/multi-node.md (ASR and Image off, to fit the test machine).
+
+Checked: every slot lands on the node its label selector names, requests are served across
+nodes, and removing the speech node mid-run ends its in-flight stream with a clean error while
+the LLM slot keeps serving, and its replica comes back on a new speech node.
+
+Everything goes through the CLIs and HTTP, as a user's terminals would; the test process's own
+Ray session (the other e2e tests' cluster) is not touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.assertions import wait_for
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ROLE = "ominix.io/role"
+TINY_TTS = "ominix-tiny-pocket-tts"
+# Long enough that the stream is still running when its node is killed (max_input_chars raised below).
+LONG_TEXT = " ".join(["The quick brown fox jumps over the lazy dog, then it runs far away."] * 240)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli_env() -> dict:
+    """A fresh terminal's environment, with the token mode docs/multi-node.md exports."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    # Fast node-death detection: the default waits ~30 s of missed health checks.
+    return {
+        **env,
+        "RAY_AUTH_MODE": "token",
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class Cluster:
+    def __init__(self, work: Path):
+        self.work = work
+        self.port = free_port()
+        self.dashboard_port = free_port()
+        self.temp_dir = tempfile.mkdtemp(prefix="ray-mn-", dir="/tmp")  # short: Unix socket paths
+        self.nodes: dict[str, subprocess.Popen] = {}
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, name: str, role: str, head: bool = False) -> None:
+        args = [
+            str(BIN / "ray"),
+            "start",
+            "--block",
+            "--num-cpus=1",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            "--labels",
+            f"{ROLE}={role}",
+        ]
+        if head:
+            args += [
+                "--head",
+                f"--port={self.port}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}",
+            ]
+        else:
+            args += [f"--address={self.address}"]
+        with open(self.work / f"{name}.log", "wb") as log:
+            self.nodes[name] = subprocess.Popen(
+                args, cwd=ROOT, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def alive_nodes(self) -> list[dict]:
+        out = subprocess.run(
+            [
+                str(BIN / "ray"),
+                "list",
+                "nodes",
+                "--format=json",
+                "--filter",
+                "state=ALIVE",
+                f"--address=http://127.0.0.1:{self.dashboard_port}",
+            ],
+            cwd=ROOT,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return json.loads(out.stdout) if out.stdout.lstrip().startswith("[") else []  # else: not up yet
+
+    def kill(self, name: str) -> None:
+        """The machine goes away at once: its `ray start`, GCS/raylet and every worker on it."""
+        proc = self.nodes.pop(name)
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.nodes)[::-1]:
+            proc = self.nodes.pop(name)
+            stragglers = descendants(proc.pid)
+            proc.send_signal(signal.SIGTERM)  # `ray start --block` stops its node's processes
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            for pid in stragglers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process started under `pid` (children, their children...), from ps."""
+    table = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout.split()
+    children: dict[int, list[int]] = {}
+    for child, parent in zip(map(int, table[::2]), map(int, table[1::2])):
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def placement_from_docs() -> dict[str, dict]:
+    """The `deployments:` block of docs/multi-node.md, by deployment name."""
+    text = (ROOT / "docs" / "multi-node.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "label_selector" in b)
+    return {d["name"]: d["ray_actor_options"] for d in yaml.safe_load(block)["deployments"]}
+
+
+def graph_config(work: Path, cache_dir) -> tuple[Path, int]:
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    port = free_port()
+    config["http_options"]["port"] = port
+    app = config["applications"][0]
+    app["args"]["cache_dir"] = str(cache_dir)
+    app["args"]["asr"] = {"enabled": False}
+    app["args"]["image"] = {"enabled": False}
+    app["args"]["tts"]["max_input_chars"] = 20000
+    placement = placement_from_docs()
+    app["deployments"] = [
+        {**d, "ray_actor_options": placement[d["name"]]} if d["name"] in placement else d
+        for d in app["deployments"]
+        if d["name"] not in ("ASR", "Image")
+    ]
+    path = work / "serve_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, port
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, cache_dir):
+    work = tmp_path_factory.mktemp("multinode")
+    cluster = Cluster(work)
+    serve_proc = None
+    try:
+        cluster.start("head", "head", head=True)
+        wait_for(lambda: len(cluster.alive_nodes()) == 1, 240)
+        cluster.start("llm", "llm")
+        cluster.start("speech", "speech")
+        wait_for(lambda: len(cluster.alive_nodes()) == 3, 240)
+        config, port = graph_config(work, cache_dir)
+        with open(work / "serve.log", "wb") as log:
+            serve_proc = subprocess.Popen(
+                [str(BIN / "serve"), "run", "--address", cluster.address, str(config)],
+                cwd=ROOT,
+                env=cli_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        wait_for(lambda: ready(http, serve_proc, work), 300)
+        yield cluster, http
+    finally:
+        if serve_proc is not None:
+            serve_proc.send_signal(signal.SIGINT)
+            try:
+                serve_proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve_proc.pid, signal.SIGKILL)
+        cluster.stop_all()
+
+
+def ready(http: httpx.Client, serve_proc, work: Path) -> bool:
+    assert serve_proc.poll() is None, (work / "serve.log").read_text()[-4000:]
+    try:
+        status = http.get("/v1/models/status")
+    except httpx.HTTPError:
+        return False
+    if status.status_code != 200:
+        return False
+    slots = status.json()["slots"]
+    return all(slots.get(s, {}).get("replicas") for s in ("llm", "tts"))
+
+
+def roles(http: httpx.Client, slot: str) -> list[str]:
+    """The node label of each replica of a slot, from the replicas' own reports."""
+    replicas = http.get("/v1/models/status").json()["slots"][slot]["replicas"]
+    return [r["node"]["labels"].get(ROLE) for r in replicas]
+
+
+def chat(http: httpx.Client) -> str:
+    body = {"model": "ominix-tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def speak(http: httpx.Client) -> bytes:
+    r = http.post("/v1/audio/speech", json={"model": TINY_TTS, "input": "Hello there.", "response_format": "pcm"})
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+def test_slots_land_where_their_labels_say_and_serve_across_nodes(cluster):
+    _, http = cluster
+    assert roles(http, "llm") == ["llm"]
+    assert roles(http, "tts") == ["speech"]
+    assert chat(http) is not None  # head (proxy, ingress) -> the llm node
+    assert len(speak(http)) > 0  # head -> the speech node
+
+
+def tts_nodes(http: httpx.Client) -> set[str]:
+    return {r["node"]["id"] for r in http.get("/v1/models/status").json()["slots"]["tts"]["replicas"]}
+
+
+def test_a_lost_node_ends_its_streams_cleanly_and_its_slot_comes_back(cluster):
+    c, http = cluster
+    lost_node = tts_nodes(http)
+    body = {"model": TINY_TTS, "input": LONG_TEXT, "response_format": "pcm", "stream_format": "sse"}
+    events = []
+    with http.stream("POST", "/v1/audio/speech", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        events.append(json.loads(next(line for line in lines if line.startswith("data:"))[5:]))
+        c.kill("speech")  # the speech machine goes away mid-stream
+        t0 = time.monotonic()
+        events += [json.loads(line[5:]) for line in lines if line.startswith("data:")]
+        ended_after = time.monotonic() - t0
+    assert events[0]["type"] == "speech.audio.delta"
+    assert "node was lost" in events[-1]["error"]["message"], events[-1]
+    assert ended_after < 60
+
+    assert chat(http) is not None  # the LLM slot, on its own node, keeps serving
+    wait_for(lambda: len(c.alive_nodes()) == 2, 60)
+
+    c.start("speech-2", "speech")  # a new machine with the speech label joins
+    wait_for(lambda: tts_nodes(http) not in (set(), lost_node) and roles(http, "tts") == ["speech"], 240)
+    assert len(speak(http)) > 0
