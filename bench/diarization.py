@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import table, write_result
+from bench.report import save_standalone, table
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4)
@@ -138,10 +138,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     result = measure()
     result.update(command="python -m bench.diarization", duration_s=time.perf_counter() - t0)
-    path = write_result(opts.out, "diarization", result)
-    rendered = render(result)
-    (opts.out / "diarization.md").write_text(rendered + "\n")
-    print(f"{rendered}\n\n{path}")
+    save_standalone(opts.out, "diarization", result, render(result))
     return 0
 
 

@@ -269,19 +269,13 @@ def diarization_cases():
         ),
     ]
     cases += _named("asr", speaker_cases(ASR, {"model": TINY_ASR, "response_format": "diarized_json"}))
+    upload = lambda **data: {"files": {"file": ("a.wav", WAV)}, "data": data}  # noqa: E731
     cases += [
         case(DIARIZE, 400, "no-file", param="file", data={"response_format": "json"}),
         case(DIARIZE, 400, "file-as-text-field", param="file", data={"file": "hello"}),
         case(DIARIZE, 400, "raw-empty", param="file", content=b""),
-        case(
-            DIARIZE,
-            400,
-            "format-srt",
-            param="response_format",
-            files={"file": ("a.wav", WAV)},
-            data={"response_format": "srt"},
-        ),
-        case(DIARIZE, 400, "model-other", param="model", files={"file": ("a.wav", WAV)}, data={"model": "pyannote"}),
+        case(DIARIZE, 400, "format-srt", param="response_format", **upload(response_format="srt")),
+        case(DIARIZE, 400, "model-other", param="model", **upload(model="pyannote")),
         case(DIARIZE, 400, "raw-num-speakers", param="num_speakers", params={"num_speakers": "-1"}, content=WAV),
     ]
     cases += _named("diarization", speaker_cases(DIARIZE, {}))
