@@ -170,8 +170,9 @@ class ASRSlot(SlotReplica):
         return results
 
     def stats(self) -> dict:
-        """Batches seen by size, and each engine's forward-pass counters."""
+        """Batches seen by size, each engine's forward-pass counters, and the diarizer's."""
         return {
             "batch_sizes": dict(self.batch_sizes),
             "engines": {e.model_id: dict(e.stats) for e in self.models.engines()},
+            "diarization": dict(self._diarizer.stats) if self._diarizer is not None else None,
         }
