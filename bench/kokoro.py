@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.report import table, write_result
+from bench.report import save_standalone, table
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (
@@ -222,10 +222,7 @@ def main(argv=None) -> int:
         duration_s=time.perf_counter() - t0,
         load_average_before=load,
     )
-    path = write_result(opts.out, "kokoro", result)
-    rendered = render(result)
-    (opts.out / "kokoro.md").write_text(rendered + "\n")
-    print(f"{rendered}\n\n{path}")
+    save_standalone(opts.out, "kokoro", result, render(result))
     return 0
 
 

@@ -69,6 +69,14 @@ def write_result(out_dir: Path, scenario: str, result: dict) -> Path:
     return path
 
 
+def save_standalone(out_dir: Path, scenario: str, result: dict, rendered: str) -> Path:
+    """What `python -m bench.<scenario>` run alone leaves: <scenario>.json and .md, printed."""
+    path = write_result(out_dir, scenario, result)
+    (out_dir / f"{scenario}.md").write_text(rendered + "\n")
+    print(f"{rendered}\n\n{path}")
+    return path
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
     """A GitHub-markdown table (prints readably in a terminal too)."""
 

@@ -56,6 +56,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ASR_MODEL_DIR", "asr.default_model", "The ASR slot's default model"),
     EnvVar("ASR_MODE", "asr.mode", "ASR batching mode: off | interactive | conversational | offline"),
     EnvVar("ASR_MAX_BATCH", "asr.max_batch", "ASR batch size (overrides the mode's)", "int"),
+    EnvVar("MINI_DIAR_THRESHOLD", "asr.diarization_threshold", "Diarization clustering threshold (MiniInfer's name)"),
     EnvVar("TTS_MODEL", "tts.default_model", "The TTS slot's default model"),
     EnvVar("QWEN3_TTS_MODEL_DIR", "tts.default_model", "OminiX-API's name for TTS_MODEL (TTS_MODEL wins)"),
     EnvVar("VOICES_CONFIG", "tts.voices_config", "The voice registry file (OminiX voices.json)", "path"),

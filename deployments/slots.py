@@ -119,12 +119,15 @@ SLOTS: dict[str, Slot] = {
             random_builtins=frozenset({TINY_WHISPER_ID}),
             replica_resources=reserve(0.1, 1024),
             real_model_hint="the built-in whisper-tiny.en (the default)",
-            routes=(Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),),
+            routes=(
+                Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),
+                Route("/v1/audio/diarization", 10 * MiB, 1800.0),
+            ),
             engine=Engine(
                 "mlx-audio-stt",
                 "mlx-audio",
                 "Speech to text (Whisper and mlx-audio STT models)",
-                ("transcription", "timestamps", "batching", "vad", "multilingual"),
+                ("transcription", "timestamps", "batching", "vad", "multilingual", "diarization"),
             ),
         ),
         Slot(

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from deployments.asr.tiny_model import TINY_WHISPER_ID
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
 from deployments.control.policy import SlotModelsConfig
+from deployments.diarization.config import DEFAULT_THRESHOLD, DiarizationConfig
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +81,23 @@ class ASRSlotConfig(SlotModelsConfig):
     max_duration_s: float = Field(3 * 3600.0, gt=0, description="Longer audio is a 400")
     max_chunk_s: float = Field(30.0, gt=1, le=30, description="Longest piece VAD hands the model")
     files_dir: Optional[str] = Field(None, description="JSON requests may name server files inside this directory only")
+    diarization: bool = Field(
+        True, description="Speaker diarization (diarize=true, diarized_json, /v1/audio/diarization)"
+    )
+    diarization_threshold: float = Field(
+        DEFAULT_THRESHOLD,
+        gt=0,
+        lt=2,
+        description="Cosine distance above which two voices are different speakers (lower: more speakers)",
+    )
 
     @field_validator("mode")
     @classmethod
     def _known_mode(cls, value: str) -> str:
         return parse_mode(value)
+
+    def diarization_config(self) -> DiarizationConfig:
+        return DiarizationConfig(threshold=self.diarization_threshold, known_max_distance=self.diarization_threshold)
 
     def batching(self) -> BatchingMode:
         return effective_batching(self.mode, self.max_batch)

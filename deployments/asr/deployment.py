@@ -4,6 +4,12 @@ A request's audio is decoded here (in a worker thread), then joins a `@serve.bat
 whose size and wait window come from the batching mode (ASR_MODE / ASR_MAX_BATCH). Each
 batch is split by model and decoding options, and each part is one call to the engine: one
 batched forward pass for whisper. Models are multiplexed per replica as in the LLM slot.
+
+Speaker diarization runs here too, on a `DiarizationEngine` thread of its own (Silero VAD and
+the GE2E encoder, ~6 MB, loaded on the first diarized request): the decoded samples and the
+transcript's segment boundaries are already in this process, so nothing crosses a handle twice,
+and diarized transcriptions scale with the ASR slot's replicas. /v1/audio/diarization (no
+transcript) uses the same engine.
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from deployments.asr.limits import check_duration, check_upload_size, read_serve
 from deployments.asr.metrics import TranscriptionMetrics
 from deployments.asr.transcript import Transcript
 from deployments.audio.decode import AudioDecodeError, decode_audio
+from deployments.diarization.config import SpeakerCount
+from deployments.diarization.engine import DiarizationEngine, DiarizeJob
+from deployments.diarization.spans import Diarization
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.transcription import TranscriptionParams
+from deployments.protocol.transcription import DiarizationParams, SpeakerOptions, TranscriptionParams
 from deployments.slot_replica import SlotReplica
 
 logger = logging.getLogger("ray.serve")
@@ -47,6 +56,8 @@ class ASRSlot(SlotReplica):
     metrics_class = TranscriptionMetrics
 
     async def setup(self) -> None:
+        self._diarizer: Optional[DiarizationEngine] = None
+        self._diarizer_lock = asyncio.Lock()
         self.batch_sizes: dict[int, int] = defaultdict(int)  # batch size -> how many batches
         mode = self.config.batching()
         self._batched.set_max_batch_size(mode.max_batch_size)
@@ -67,10 +78,17 @@ class ASRSlot(SlotReplica):
         return await ASREngine.start(model_id, model_dir, engine_config)
 
     async def transcribe(
-        self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
+        self,
+        params: TranscriptionParams,
+        audio: Optional[bytes] = None,
+        server_path: Optional[str] = None,
+        references: Optional[dict[str, np.ndarray]] = None,
     ) -> Transcript:
-        """Transcribe uploaded bytes, or a file under the configured `files_dir`."""
+        """Transcribe uploaded bytes, or a file under the configured `files_dir`; with
+        `params.diarized`, label each segment's speaker (`references`: known speakers' 16 kHz
+        clips, by name)."""
         started = time.perf_counter()
+        diarizer = await self.diarizer() if params.diarized else None
         engine = await self.engine()
         options = TranscribeOptions(
             language=params.language,
@@ -87,8 +105,46 @@ class ASRSlot(SlotReplica):
         result = await self._batched(_Job(engine, options, samples))
         if isinstance(result, BaseException):
             raise result
+        if diarizer is not None:
+            boundaries = [s.end for s in result.segments]
+            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
+            result.label_speakers(speakers.speaker_of, speakers.labels)
         self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
+
+    async def diarize(
+        self, params: DiarizationParams, audio: bytes, references: Optional[dict[str, np.ndarray]] = None
+    ) -> Diarization:
+        """Who spoke when in uploaded bytes (POST /v1/audio/diarization)."""
+        diarizer = await self.diarizer()
+        samples = await self._decode(audio, 16000)
+        return await self._diarize(diarizer, samples, 16000, params, references, [])
+
+    async def diarizer(self) -> DiarizationEngine:
+        """This replica's diarization engine, started on first use."""
+        if not self.config.diarization:
+            raise invalid_request(
+                "Speaker diarization is turned off on this server (asr.diarization: false).",
+                "diarize",
+                "diarization_unavailable",
+            )
+        async with self._diarizer_lock:
+            if self._diarizer is None or self._diarizer.thread_died():
+                self._diarizer = await DiarizationEngine.start()
+        return self._diarizer
+
+    async def _diarize(
+        self,
+        diarizer: DiarizationEngine,
+        samples: np.ndarray,
+        rate: int,
+        options: SpeakerOptions,
+        references: Optional[dict[str, np.ndarray]],
+        boundaries: list[float],
+    ) -> Diarization:
+        count = SpeakerCount(options.num_speakers, options.min_speakers, options.max_speakers)
+        job = DiarizeJob(samples, rate, self.config.diarization_config(), count, boundaries, references or {})
+        return await diarizer.diarize(job)
 
     async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:
         check_upload_size(len(data), self.config.max_upload_mb)
@@ -114,8 +170,9 @@ class ASRSlot(SlotReplica):
         return results
 
     def stats(self) -> dict:
-        """Batches seen by size, and each engine's forward-pass counters."""
+        """Batches seen by size, each engine's forward-pass counters, and the diarizer's."""
         return {
             "batch_sizes": dict(self.batch_sizes),
             "engines": {e.model_id: dict(e.stats) for e in self.models.engines()},
+            "diarization": dict(self._diarizer.stats) if self._diarizer is not None else None,
         }

@@ -1,5 +1,8 @@
 """Transcription response formats: json, text, verbose_json, srt, vtt (OpenAI's set, what
-speaches and LocalAI serve and what clients such as open-webui ask for), with content types."""
+speaches and LocalAI serve and what clients such as open-webui ask for) and OpenAI's
+diarized_json, with content types. A diarized transcript (segments with a `speaker`) also puts
+its speakers in verbose_json (MiniInfer's `speaker` and `speakers`) and before each cue's text
+in srt ("A: ...") and vtt (WebVTT's voice span "<v A>...")."""
 
 from __future__ import annotations
 
@@ -8,6 +11,9 @@ from typing import Any
 
 from deployments.asr.transcript import Segment, Transcript
 from deployments.protocol.transcription import (
+    DiarizedSegment,
+    DiarizedTranscription,
+    DurationUsage,
     Transcription,
     TranscriptionSegment,
     TranscriptionWord,
@@ -20,6 +26,7 @@ CONTENT_TYPES = {
     "text": "text/plain; charset=utf-8",
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
+    "diarized_json": "application/json",
 }
 
 
@@ -33,9 +40,11 @@ def render(transcript: Transcript, response_format: str, *, include_words: bool 
     if response_format == "text":
         return transcript.text + "\n", CONTENT_TYPES["text"]
     if response_format == "srt":
-        return srt(transcript.segments), CONTENT_TYPES["srt"]
+        return srt(transcript.segments, transcript.speaker_labels), CONTENT_TYPES["srt"]
     if response_format == "vtt":
-        return vtt(transcript.segments), CONTENT_TYPES["vtt"]
+        return vtt(transcript.segments, transcript.speaker_labels), CONTENT_TYPES["vtt"]
+    if response_format == "diarized_json":
+        return diarized_json(transcript), CONTENT_TYPES["diarized_json"]
     raise ValueError(f"unknown response_format {response_format!r}")
 
 
@@ -46,8 +55,32 @@ def verbose_json(transcript: Transcript, include_words: bool) -> dict[str, Any]:
         text=transcript.text,
         segments=[TranscriptionSegment.model_validate(_segment_json(s)) for s in transcript.segments],
         words=[TranscriptionWord.model_validate(asdict(w)) for w in transcript.words()] if include_words else None,
+        speakers=None if transcript.speaker_labels is None else len(transcript.speaker_labels),
+        speaker_labels=transcript.speaker_labels,
     )
-    return body.model_dump(exclude={"words"} if not include_words else None)
+    exclude: dict[str, Any] = {} if include_words else {"words": True}
+    if transcript.speaker_labels is None:  # not diarized: the plain OpenAI shape
+        exclude.update(speakers=True, speaker_labels=True, segments={"__all__": {"speaker"}})
+    return body.model_dump(exclude=exclude)
+
+
+def diarized_json(transcript: Transcript) -> dict[str, Any]:
+    labels = transcript.speaker_labels or []
+    segments = [
+        DiarizedSegment(id=f"seg_{s.id}", start=s.start, end=s.end, text=s.text.strip(), speaker=_label(s, labels))
+        for s in transcript.segments
+    ]
+    body = DiarizedTranscription(
+        duration=transcript.duration,
+        text=transcript.text,
+        segments=segments,
+        usage=DurationUsage(seconds=transcript.duration),
+    )
+    return body.model_dump()
+
+
+def _label(segment: Segment, labels: list[str]) -> str:
+    return labels[segment.speaker] if segment.speaker is not None and segment.speaker < len(labels) else "A"
 
 
 def _segment_json(segment: Segment) -> dict[str, Any]:
@@ -65,14 +98,23 @@ def timestamp(seconds: float, decimal_marker: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{ms:03d}"
 
 
-def srt(segments: list[Segment]) -> str:
+def srt(segments: list[Segment], speaker_labels: list[str] | None = None) -> str:
     blocks = [
-        f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{s.text.strip()}\n"
+        f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{_cue_text(s, speaker_labels, '{}: ')}\n"
         for i, s in enumerate(segments, start=1)
     ]
     return "\n".join(blocks)
 
 
-def vtt(segments: list[Segment]) -> str:
-    cues = [f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{s.text.strip()}\n" for s in segments]
+def vtt(segments: list[Segment], speaker_labels: list[str] | None = None) -> str:
+    cues = [
+        f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{_cue_text(s, speaker_labels, '<v {}>')}\n"
+        for s in segments
+    ]
     return "WEBVTT\n\n" + "\n".join(cues)
+
+
+def _cue_text(segment: Segment, speaker_labels: list[str] | None, prefix: str) -> str:
+    """The segment's text, after `prefix` filled with its speaker's label when diarized."""
+    text = segment.text.strip()
+    return text if speaker_labels is None else prefix.format(_label(segment, speaker_labels)) + text

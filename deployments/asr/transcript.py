@@ -30,6 +30,7 @@ class Segment:
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
     words: Optional[list[Word]] = None
+    speaker: Optional[int] = None  # with diarization: index into Transcript.speaker_labels
 
     def shifted(self, offset_s: float) -> Segment:
         """This segment moved from window time to input time (plain floats, JSON-safe)."""
@@ -63,9 +64,16 @@ class Transcript:
     language: Optional[str]
     duration: float
     segments: list[Segment] = field(default_factory=list)
+    speaker_labels: Optional[list[str]] = None  # with diarization: each speaker's label (A, B, or a known name)
 
     def words(self) -> list[Word]:
         return [w for s in self.segments for w in (s.words or [])]
+
+    def label_speakers(self, speaker_of: Callable[[float, float], Optional[int]], labels: list[str]) -> None:
+        """Give every segment the speaker `speaker_of(start, end)` names (0 if nobody spoke)."""
+        for segment in self.segments:
+            segment.speaker = speaker_of(segment.start, segment.end) or 0
+        self.speaker_labels = list(labels) or (["A"] if self.segments else [])
 
     @classmethod
     def join(cls, segments: list[Segment], language: Optional[str], duration: float) -> Transcript:

@@ -15,6 +15,7 @@ from deployments.ingress.middleware import (
     RouteTimeout,
 )
 from deployments.ingress.routers import (
+    audio_diarization,
     audio_speech,
     audio_transcriptions,
     chat,
@@ -38,6 +39,7 @@ ROUTERS = (
     completions,
     metrics,
     audio_transcriptions,
+    audio_diarization,
     audio_speech,
     voices,
     ws_tts,

@@ -1,5 +1,6 @@
-"""The parameters of POST /v1/audio/transcriptions, whichever form carried them (multipart
-form, query string with a raw audio body, or a JSON body). Ray-free and MLX-free."""
+"""The parameters of POST /v1/audio/transcriptions and /v1/audio/diarization, whichever form
+carried them (multipart form, query string with a raw audio body, or a JSON body), and the
+response shapes. Ray-free and MLX-free."""
 
 from __future__ import annotations
 
@@ -7,11 +8,64 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt"]
+from deployments.protocol.errors import invalid_request
+
+ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt", "diarized_json"]
 Granularity = Literal["segment", "word"]
+SPEAKER_FORMATS = ("verbose_json", "diarized_json", "srt", "vtt")  # the formats that can say who spoke
+MAX_KNOWN_SPEAKERS = 4  # OpenAI's limit
+MAX_SPEAKERS = 32
 
 
-class TranscriptionParams(BaseModel):
+class SpeakerOptions(BaseModel):
+    """What both diarizing routes take: the speaker count, when known (exact, or bounds as in
+    pyannote and speaches), and OpenAI's known speakers (names, and reference clips as data URLs)."""
+
+    num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    known_speaker_names: list[str] = Field(default_factory=list)
+    known_speaker_references: list[str] = Field(default_factory=list)
+
+    @field_validator("known_speaker_names")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        names = [n.strip() for n in names]
+        if any(not n or len(n) > 64 for n in names):
+            raise ValueError("each known speaker name must be 1 to 64 characters")
+        if len(set(names)) != len(names):
+            raise ValueError("known speaker names must be different")
+        return names
+
+    def check_speakers(self) -> None:
+        """400 for speaker options that contradict each other."""
+        names, refs = self.known_speaker_names, self.known_speaker_references
+        if len(names) > MAX_KNOWN_SPEAKERS or len(refs) > MAX_KNOWN_SPEAKERS:
+            raise invalid_request(f"At most {MAX_KNOWN_SPEAKERS} known speakers are supported.", "known_speaker_names")
+        if len(names) != len(refs):
+            raise invalid_request(
+                f"known_speaker_names has {len(names)} entries and known_speaker_references {len(refs)}: "
+                "each name needs one reference clip.",
+                "known_speaker_names" if len(names) > len(refs) else "known_speaker_references",
+            )
+        low, high = self.min_speakers, self.max_speakers
+        if self.num_speakers is not None and (low is not None or high is not None):
+            raise invalid_request("Send num_speakers or min_speakers/max_speakers, not both.", "num_speakers")
+        if low is not None and high is not None and low > high:
+            raise invalid_request(f"min_speakers ({low}) is above max_speakers ({high}).", "min_speakers")
+
+    @property
+    def speaker_options_set(self) -> bool:
+        return bool(
+            self.known_speaker_names
+            or self.known_speaker_references
+            or self.num_speakers
+            or self.min_speakers
+            or self.max_speakers
+        )
+
+
+class TranscriptionParams(SpeakerOptions):
     model_config = ConfigDict(extra="ignore")  # clients send extras (stream, chunking_strategy, ...)
 
     model: Optional[str] = None
@@ -20,6 +74,7 @@ class TranscriptionParams(BaseModel):
     response_format: ResponseFormat = "json"
     temperature: float = Field(0.0, ge=0.0, le=1.0)
     timestamp_granularities: list[Granularity] = Field(default_factory=lambda: ["segment"])
+    diarize: bool = False  # MiniInfer's ?diarize=1; diarized_json implies it
 
     @field_validator("language", "prompt", "model")
     @classmethod
@@ -30,6 +85,34 @@ class TranscriptionParams(BaseModel):
     @property
     def word_timestamps(self) -> bool:
         return "word" in self.timestamp_granularities
+
+    @property
+    def diarized(self) -> bool:
+        return self.diarize or self.response_format == "diarized_json"
+
+    def check_diarization(self) -> None:
+        """400 for diarization options that would be dropped or contradict each other."""
+        if self.diarized and self.response_format not in SPEAKER_FORMATS:
+            raise invalid_request(
+                f"response_format '{self.response_format}' has no place for speakers: diarize with "
+                f"{', '.join(SPEAKER_FORMATS)}.",
+                "response_format",
+            )
+        if not self.diarized and self.speaker_options_set:
+            raise invalid_request(
+                "Speaker options need diarization: add diarize=true or response_format=diarized_json.", "diarize"
+            )
+        if self.diarized:
+            self.check_speakers()
+
+
+class DiarizationParams(SpeakerOptions):
+    """POST /v1/audio/diarization (speaches' route): who spoke when, as JSON or RTTM."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Optional[str] = None
+    response_format: Literal["json", "rttm"] = "json"
 
 
 class TranscriptionWord(BaseModel):
@@ -52,6 +135,7 @@ class TranscriptionSegment(BaseModel):
     avg_logprob: float = 0.0
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
+    speaker: Optional[int] = None  # with diarize: MiniInfer's 0-based speaker
 
 
 class Transcription(BaseModel):
@@ -69,3 +153,45 @@ class VerboseTranscription(BaseModel):
     text: str
     segments: list[TranscriptionSegment]
     words: Optional[list[TranscriptionWord]] = None
+    speakers: Optional[int] = None  # with diarize: how many speakers (MiniInfer)
+    speaker_labels: Optional[list[str]] = None  # with diarize: speaker i's label (A, B, ... or a known name)
+
+
+class DiarizedSegment(BaseModel):
+    """OpenAI's diarized_json segment (TranscriptionDiarizedSegment)."""
+
+    type: Literal["transcript.text.segment"] = "transcript.text.segment"
+    id: str
+    start: float
+    end: float
+    text: str
+    speaker: str
+
+
+class DurationUsage(BaseModel):
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class DiarizedTranscription(BaseModel):
+    """response_format "diarized_json" (OpenAI's TranscriptionDiarized)."""
+
+    task: Literal["transcribe"] = "transcribe"
+    duration: float
+    text: str
+    segments: list[DiarizedSegment]
+    usage: DurationUsage
+
+
+class SpeakerSegment(BaseModel):
+    start: float
+    end: float
+    speaker: str
+
+
+class DiarizationResponse(BaseModel):
+    """POST /v1/audio/diarization, json (speaches' `segments[{start, end, speaker}]`)."""
+
+    duration: float
+    speakers: list[str]
+    segments: list[SpeakerSegment]

@@ -1,5 +1,6 @@
 """The bad-input corpus for the audio routes and the WebSocket: transcriptions (multipart, raw,
-JSON), speech, speech clone, voices, and garbage frames on /ws/v1/tts.
+JSON; diarization options), diarization, speech, speech clone, voices, and garbage frames on
+/ws/v1/tts.
 
 Each HTTP case expects its 4xx with an OpenAI error body (so no 5xx); each WebSocket case the
 documented error event (the session goes on). The ingress refuses most of them itself
@@ -20,6 +21,7 @@ from deployments.audio.encode import encode_wav
 
 ASR, TTS = "/v1/audio/transcriptions", "/v1/audio/speech"
 CLONE, VOICES = "/v1/audio/speech/clone", "/v1/voices"
+DIARIZE = "/v1/audio/diarization"
 TINY_ASR = "ominix-tiny-whisper"
 TEXT = "Hello there. A short sentence to speak."
 
@@ -186,6 +188,102 @@ def transcription_cases():
     return cases
 
 
+def _data_url(wav: bytes) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(wav).decode()
+
+
+REFERENCE = _data_url(_tone(2.5))  # a valid known-speaker clip (2-10 s)
+
+
+def speaker_cases(path: str, base: dict) -> list:
+    """Speaker options that are wrong on either diarizing route (`base`: form fields that diarize)."""
+    form = lambda **data: {"files": {"file": ("a.wav", WAV)}, "data": {**base, **data}}  # noqa: E731
+    names, refs = "known_speaker_names[]", "known_speaker_references[]"
+    cases = [
+        case(path, 400, "names-without-references", "POST", "known_speaker_names", **form(**{names: ["ann"]})),
+        case(path, 400, "references-without-names", "POST", "known_speaker_references", **form(**{refs: [REFERENCE]})),
+        case(path, 400, "more-names", "POST", "known_speaker_names", **form(**{names: ["a", "b"], refs: [REFERENCE]})),
+        case(
+            path,
+            400,
+            "five-speakers",
+            "POST",
+            "known_speaker_names",
+            **form(**{names: list("abcde"), refs: [REFERENCE] * 5}),
+        ),
+        case(
+            path,
+            400,
+            "duplicate-names",
+            "POST",
+            "known_speaker_names",
+            **form(**{names: ["a", "a"], refs: [REFERENCE] * 2}),
+        ),
+        case(path, 400, "blank-name", "POST", "known_speaker_names", **form(**{names: [" "], refs: [REFERENCE]})),
+        case(path, 400, "num-speakers-0", "POST", "num_speakers", **form(num_speakers="0")),
+        case(path, 400, "num-speakers-word", "POST", "num_speakers", **form(num_speakers="two")),
+        case(path, 400, "num-speakers-huge", "POST", "num_speakers", **form(num_speakers="1000")),
+        case(path, 400, "count-and-bounds", "POST", "num_speakers", **form(num_speakers="2", max_speakers="3")),
+        case(path, 400, "min-above-max", "POST", "min_speakers", **form(min_speakers="3", max_speakers="2")),
+    ]
+    bad_references = [
+        "data:audio/wav;base64,@@not-base64@@",
+        "data:audio/wav,plain-text-not-base64",
+        "data:audio/wav;base64," + base64.b64encode(b"\x00" * 4096).decode(),  # not audio
+        "data:audio/wav;base64," + base64.b64encode(b'{"not": "audio"}').decode(),
+        _data_url(_tone(1.0)),  # too short
+        _data_url(_tone(10.5)),  # too long
+        _data_url(WAV[:44]),  # a header and no samples
+    ]
+    for i, ref in enumerate(bad_references):
+        cases.append(
+            case(
+                path, 400, f"reference-{i}", "POST", "known_speaker_references", **form(**{names: ["ann"], refs: [ref]})
+            )
+        )
+    return cases
+
+
+def diarization_cases():
+    """The diarizing options on /v1/audio/transcriptions, and /v1/audio/diarization."""
+    form = lambda **data: {"files": {"file": ("a.wav", WAV)}, "data": {"model": TINY_ASR, **data}}  # noqa: E731
+    cases = [
+        case(ASR, 400, "diarize-json", param="response_format", **form(diarize="true")),
+        case(ASR, 400, "diarize-text", param="response_format", **form(diarize="1", response_format="text")),
+        case(ASR, 400, "diarize-word", param="diarize", **form(diarize="maybe", response_format="verbose_json")),
+        case(ASR, 400, "speakers-without-diarize", param="diarize", **form(num_speakers="2")),
+        case(
+            ASR,
+            400,
+            "known-without-diarize",
+            param="diarize",
+            **form(**{"known_speaker_names[]": ["ann"], "known_speaker_references[]": [REFERENCE]}),
+        ),
+        case(ASR, 400, "raw-diarize-json", param="response_format", params={"diarize": "1"}, content=WAV),
+        case(
+            ASR,
+            400,
+            "json-diarize-text",
+            param="response_format",
+            json={"file": B64_WAV, "diarize": True, "response_format": "text"},
+        ),
+    ]
+    cases += _named("asr", speaker_cases(ASR, {"model": TINY_ASR, "response_format": "diarized_json"}))
+    upload = lambda **data: {"files": {"file": ("a.wav", WAV)}, "data": data}  # noqa: E731
+    cases += [
+        case(DIARIZE, 400, "no-file", param="file", data={"response_format": "json"}),
+        case(DIARIZE, 400, "file-as-text-field", param="file", data={"file": "hello"}),
+        case(DIARIZE, 400, "raw-empty", param="file", content=b""),
+        case(DIARIZE, 400, "format-srt", param="response_format", **upload(response_format="srt")),
+        case(DIARIZE, 400, "model-other", param="model", **upload(model="pyannote")),
+        case(DIARIZE, 400, "raw-num-speakers", param="num_speakers", params={"num_speakers": "-1"}, content=WAV),
+    ]
+    cases += _named("diarization", speaker_cases(DIARIZE, {}))
+    for i, data in enumerate(GARBAGE[:3]):  # decoded in the ASR slot
+        cases.append(case(DIARIZE, 400, f"undecodable-{i}", param="file", files={"file": ("a.wav", data)}))
+    return cases
+
+
 def speech_cases():
     good = {"input": TEXT, "voice": "alba", "response_format": "pcm"}
     cases = []
@@ -336,6 +434,7 @@ def _named(prefix: str, cases: list) -> list:
 
 HTTP_CASES = (
     _named("asr", transcription_cases())
+    + _named("diarize", diarization_cases())
     + _named("speech", speech_cases())
     + _named("clone", clone_cases())
     + _named("voices", voice_cases())
@@ -413,6 +512,9 @@ SLOT_CHECKED = frozenset(
         "asr-form-language-fr-on-english-only",
         *(f"asr-raw-{i}" for i in range(1, 6)),
         "asr-json-file-7",
+        *(f"diarize-undecodable-{i}" for i in range(3)),
+        "diarize-no-file",  # a url-encoded form is a raw body, as on the transcription route
+        "diarize-file-as-text-field",
         *(f"asr-json-server-path-{i}" for i in range(len(TRAVERSAL))),
         "speech-input-too-long",
         "speech-input-huge",

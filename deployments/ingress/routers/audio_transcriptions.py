@@ -1,34 +1,41 @@
 """POST /v1/audio/transcriptions on the ASR slot, in the three forms clients send:
 
 - multipart form (OpenAI): `file`, `model`, `language`, `prompt`, `response_format`,
-  `temperature`, `timestamp_granularities[]`;
-- the raw audio as the body (MiniInfer), parameters in the query string;
+  `temperature`, `timestamp_granularities[]`, and for speakers `known_speaker_names[]`,
+  `known_speaker_references[]` (with `response_format=diarized_json`) or `diarize`;
+- the raw audio as the body (MiniInfer), parameters in the query string (`?diarize=1`);
 - JSON (OminiX-API): `{"file": "<base64>" | "/server/path", "model", "language", ...}`.
 
-The router only parses; decoding, size limits and transcription happen in the ASR slot, and
-the transcript is rendered here in the requested response format.
+The router only parses (and decodes the known speakers' short reference clips, so a bad one is
+a 400 here); decoding the upload, size limits, transcription and diarization happen in the ASR
+slot, and the transcript is rendered here in the requested response format.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-from typing import Any, Optional
+from typing import Optional
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
 
 from deployments.asr.formats import render
+from deployments.ingress.audio_params import (
+    SPEAKER_FIELDS,
+    SPEAKER_LISTS,
+    collect,
+    data_url_bytes,
+    known_speakers,
+    validated,
+)
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.errors import invalid_request
+from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.transcription import TranscriptionParams
 
 router = APIRouter(tags=["audio"])
 
-_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature")
-_GRANULARITIES = ("timestamp_granularities[]", "timestamp_granularities")
+_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature", "diarize", *SPEAKER_FIELDS)
+_LIST_NAMES = ("timestamp_granularities", *SPEAKER_LISTS)
 
 
 @router.post("/v1/audio/transcriptions")
@@ -48,21 +55,18 @@ async def create_transcription(request: Request, state: IngressState = Depends(i
                 "a JSON body with `file` (base64), or the audio bytes as the body.",
                 "file",
             )
+    params.check_diarization()
     model = state.catalog.resolve("asr", params.model)
-    transcript = await asr.call("transcribe", params, audio, server_path, model=model)
+    if params.diarized:
+        references = await known_speakers(params)
+        params = params.model_copy(update={"known_speaker_references": []})  # decoded: sent once, as samples
+        transcript = await asr.call("transcribe", params, audio, server_path, references, model=model)
+    else:
+        transcript = await asr.call("transcribe", params, audio, server_path, model=model)
     body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
     if isinstance(body, dict):
         return JSONResponse(body)
     return Response(content=body, media_type=content_type)
-
-
-def _validated(fields: dict[str, Any]) -> TranscriptionParams:
-    try:
-        return TranscriptionParams.model_validate({k: v for k, v in fields.items() if v is not None})
-    except ValidationError as e:
-        first = e.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise invalid_request(f"{param}: {first.get('msg', 'invalid value')}", param) from None
 
 
 async def _from_form(request: Request) -> tuple[TranscriptionParams, bytes]:
@@ -70,21 +74,12 @@ async def _from_form(request: Request) -> tuple[TranscriptionParams, bytes]:
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise invalid_request("The form has no `file` part with the audio.", "file")
-        fields: dict[str, Any] = {k: form.get(k) for k in _PARAM_NAMES}
-        granularities = [g for name in _GRANULARITIES for g in form.getlist(name)]
-        if granularities:
-            fields["timestamp_granularities"] = granularities
-        params = _validated(fields)
+        params = validated(TranscriptionParams, collect(form, _PARAM_NAMES, _LIST_NAMES))
         return params, await upload.read()
 
 
 def _from_query(request: Request) -> TranscriptionParams:
-    query = request.query_params
-    fields: dict[str, Any] = {k: query.get(k) for k in _PARAM_NAMES}
-    granularities = [g for name in _GRANULARITIES for g in query.getlist(name)]
-    if granularities:
-        fields["timestamp_granularities"] = granularities
-    return _validated(fields)
+    return validated(TranscriptionParams, collect(request.query_params, _PARAM_NAMES, _LIST_NAMES))
 
 
 async def _from_json(request: Request) -> tuple[TranscriptionParams, Optional[bytes], Optional[str]]:
@@ -97,16 +92,14 @@ async def _from_json(request: Request) -> tuple[TranscriptionParams, Optional[by
     file = body.pop("file", None)
     if not isinstance(file, str) or not file:
         raise invalid_request("`file` is required: base64-encoded audio or a server file path.", "file")
-    params = _validated(body)
+    params = validated(TranscriptionParams, body)
     if file.startswith("/"):  # OminiX-API: a path on the server (restricted in the ASR slot)
         return params, None, file
     return params, _base64_audio(file), None
 
 
 def _base64_audio(text: str) -> bytes:
-    if text.startswith("data:") and "," in text:  # a data URL: data:audio/wav;base64,....
-        text = text.split(",", 1)[1]
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        return data_url_bytes(text, "file")
+    except APIError:
         raise invalid_request("`file` is neither valid base64 audio nor an absolute server path.", "file") from None

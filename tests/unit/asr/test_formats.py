@@ -185,3 +185,40 @@ def test_every_format_a_request_may_ask_for_renders(response_format):
     body, content_type = render(transcript, response_format)
     assert content_type == CONTENT_TYPES[response_format]
     assert "Hello there." in (body["text"] if isinstance(body, dict) else body)
+
+
+def diarized() -> Transcript:
+    t = transcript()
+    t.label_speakers(lambda start, end: None if start > 3000 else 1, ["ann", "B"])
+    return t
+
+
+def test_label_speakers_gives_every_segment_one():
+    t = diarized()
+    assert [s.speaker for s in t.segments] == [1, 0]  # nobody spoke in the second: speaker 0
+    assert t.speaker_labels == ["ann", "B"]
+    empty = Transcript.join([Segment(0, 0.0, 1.0, " Hi.")], "en", 1.0)
+    empty.label_speakers(lambda start, end: None, [])  # no speech found at all: one speaker
+    assert empty.speaker_labels == ["A"] and empty.segments[0].speaker == 0
+
+
+def test_diarized_formats():
+    verbose, _ = render(diarized(), "verbose_json")
+    assert [s["speaker"] for s in verbose["segments"]] == [1, 0]
+    assert verbose["speakers"] == 2 and verbose["speaker_labels"] == ["ann", "B"]
+    plain, _ = render(transcript(), "verbose_json")
+    assert "speakers" not in plain and "speaker" not in plain["segments"][0]
+    body, content_type = render(diarized(), "diarized_json")
+    assert content_type == "application/json"
+    assert body["segments"][0] == {
+        "type": "transcript.text.segment",
+        "id": "seg_0",
+        "start": 0.0,
+        "end": 2.5,
+        "text": "Hello there.",
+        "speaker": "B",
+    }
+    assert body["usage"] == {"type": "duration", "seconds": 3662.0} and body["task"] == "transcribe"
+    assert "\nB: Hello there.\n" in render(diarized(), "srt")[0]
+    assert "\n<v ann>Bye.\n" in render(diarized(), "vtt")[0]
+    assert "\nHello there.\n" in render(transcript(), "srt")[0]  # undiarized: no prefix

@@ -153,3 +153,14 @@ def test_make_serve_keeps_token_authentication_on_unless_told_otherwise():
 
     assert ray_env({})["RAY_AUTH_MODE"] == "token"
     assert ray_env({"RAY_AUTH_MODE": "disabled"})["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_miniinfers_diarization_threshold_variable():
+    config = GraphArgs.from_args(shipped_args(), environ={"MINI_DIAR_THRESHOLD": "0.3"})
+    assert config.asr.diarization_threshold == 0.3
+    assert config.asr.diarization_config().threshold == 0.3
+    assert GraphArgs.from_args(shipped_args(), environ={}).asr.diarization_threshold == 0.25
+    with pytest.raises(ConfigError, match="MINI_DIAR_THRESHOLD"):
+        GraphArgs.from_args({}, environ={"MINI_DIAR_THRESHOLD": "high"})
+    with pytest.raises(ConfigError, match="MINI_DIAR_THRESHOLD"):
+        GraphArgs.from_args({}, environ={"MINI_DIAR_THRESHOLD": "0"})

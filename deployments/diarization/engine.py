@@ -1,0 +1,61 @@
+"""The diarization models (Silero VAD, the GE2E speaker encoder) on a thread of their own, in the
+replica that decoded the audio: the ASR slot's (deployments/asr/deployment.py says why).
+
+One job = one recording, with the speech boundaries its transcript gives, the known speakers'
+reference clips and the options; the answer is a `Diarization`. No Ray here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from deployments.diarization.config import DiarizationConfig, SpeakerCount
+from deployments.diarization.pipeline import Diarization, Diarizer
+from deployments.engine_thread import EngineThread, Message
+from deployments.hub import ModelUnavailable
+from deployments.protocol.errors import invalid_request
+
+SPEAKER_MODEL_ID = "resemblyzer-ge2e"
+
+
+@dataclass(eq=False)
+class DiarizeJob(Message):
+    samples: np.ndarray  # mono float32
+    rate: int
+    config: DiarizationConfig
+    count: SpeakerCount = field(default_factory=SpeakerCount)
+    boundaries: list[float] = field(default_factory=list)
+    references: dict[str, np.ndarray] = field(default_factory=dict)  # name -> 16 kHz clip
+
+
+class DiarizationEngine(EngineThread[DiarizeJob]):
+    """Create with `await DiarizationEngine.start()`; `diarize(job)` answers one recording."""
+
+    kind = "diarization"
+
+    def __init__(self):
+        super().__init__(SPEAKER_MODEL_ID, Path("."))
+        self.stats = {"recordings": 0, "audio_s": 0.0}
+
+    async def diarize(self, job: DiarizeJob) -> Diarization:
+        return await self.submit(job)
+
+    def _load(self) -> None:
+        try:
+            self._model = Diarizer()
+        except ModelUnavailable as e:  # the speaker model's package is not installed
+            raise invalid_request(
+                f"Diarization is not available on this server: {e}", None, "diarization_unavailable"
+            ) from None
+
+    def _handle(self, job: DiarizeJob) -> Diarization:
+        known = {name: self._model.embed(clip) for name, clip in job.references.items()}
+        result = self._model.diarize(
+            job.samples, job.rate, job.config, count=job.count, boundaries=job.boundaries, known=known
+        )
+        self.stats["recordings"] += 1
+        self.stats["audio_s"] += result.duration
+        return result

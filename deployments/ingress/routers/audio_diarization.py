@@ -1,0 +1,55 @@
+"""POST /v1/audio/diarization (speaches' route): who spoke when in an upload, without a
+transcript. A multipart form (`file`, `response_format` json | rttm, `num_speakers` or
+`min_speakers`/`max_speakers`, `known_speaker_names[]` + `known_speaker_references[]`) or the
+raw audio as the body with the same parameters in the query string. The ASR slot diarizes
+(deployments/asr/deployment.py); the answer is rendered here.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from deployments.diarization.engine import SPEAKER_MODEL_ID
+from deployments.diarization.formats import CONTENT_TYPES, diarization_json, rttm
+from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, known_speakers, validated
+from deployments.ingress.state import IngressState, ingress_state
+from deployments.protocol.errors import invalid_request
+from deployments.protocol.transcription import DiarizationParams
+
+router = APIRouter(tags=["audio"])
+
+_PARAM_NAMES = ("model", "response_format", *SPEAKER_FIELDS)
+
+
+@router.post("/v1/audio/diarization")
+async def create_diarization(request: Request, state: IngressState = Depends(ingress_state)):
+    asr = state.slot("asr")
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type == "multipart/form-data":
+        async with request.form() as form:
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                raise invalid_request("The form has no `file` part with the audio.", "file")
+            params = validated(DiarizationParams, collect(form, _PARAM_NAMES, SPEAKER_LISTS))
+            audio, name = await upload.read(), upload.filename or "audio"
+    else:
+        params = validated(DiarizationParams, collect(request.query_params, _PARAM_NAMES, SPEAKER_LISTS))
+        audio, name = await request.body(), "audio"
+    if not audio:
+        raise invalid_request(
+            "The request has no audio: send a multipart form with `file` or the bytes as the body.", "file"
+        )
+    if params.model not in (None, SPEAKER_MODEL_ID):
+        raise invalid_request(
+            f"Diarization runs the speaker model '{SPEAKER_MODEL_ID}'; model '{params.model}' is not one.", "model"
+        )
+    params.check_speakers()
+    references = await known_speakers(params)
+    params = params.model_copy(update={"known_speaker_references": []})
+    diarization = await asr.call("diarize", params, audio, references)
+    if params.response_format == "rttm":
+        return Response(rttm(diarization, PurePath(name).stem), media_type=CONTENT_TYPES["rttm"])
+    return JSONResponse(diarization_json(diarization))

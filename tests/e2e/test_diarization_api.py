@@ -1,0 +1,111 @@
+"""Speaker diarization through the real graph: a dialogue of two Kokoro voices (1 s gaps,
+tests/dialogues.py) transcribed by the default Whisper tiny.en and diarized in the ASR slot, in
+each form: OpenAI's diarized_json with known speakers (the openai SDK's own type), MiniInfer's
+?diarize=1 in verbose_json and srt, and POST /v1/audio/diarization as JSON and RTTM. The bad
+inputs run in tests/e2e/test_bad_input_audio.py (the corpus's slot-checked cases)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from deployments.diarization.der import diarization_error_rate
+from tests.dialogues import RATE, dialogue, reference, utterance
+from tests.speech import encode
+
+pytestmark = pytest.mark.slow
+
+REAL = "whisper-tiny.en"
+TIMEOUT = 600  # a 22 s dialogue on two busy cores
+
+
+@pytest.fixture(scope="module")
+def talk():
+    d = dialogue(2, 6, 1.0, seed=0)  # af_heart and am_michael
+    return d, encode(d.samples, RATE, "wav")
+
+
+def segment_speakers_right(d, segments) -> float:
+    """The share of segments whose label is the reference speaker's, under the best one-to-one
+    naming (labels are arbitrary)."""
+    truth = [max(d.turns, key=lambda t: min(t.end, s[1]) - max(t.start, s[0])).speaker for s in segments]
+    labels = [s[2] for s in segments]
+    names = sorted(set(labels))
+    voices = sorted(set(truth))
+    best = 0
+    for flip in (False, True):
+        mapping = dict(zip(names, voices[::-1] if flip else voices))
+        best = max(best, sum(mapping.get(label) == t for label, t in zip(labels, truth)))
+    return best / len(segments)
+
+
+def test_diarized_json_with_a_known_speaker_through_the_sdk(client, talk):
+    d, wav = talk
+    voice = d.turns[0].speaker
+    clip = utterance(voice, "Our quarterly review is next week, please prepare the figures.")
+    data_url = "data:audio/wav;base64," + base64.b64encode(encode(clip, RATE, "wav")).decode()
+    result = client.audio.transcriptions.create(
+        model=REAL,
+        file=("dialogue.wav", wav),
+        response_format="diarized_json",
+        known_speaker_names=["pat"],
+        known_speaker_references=[data_url],
+        timeout=TIMEOUT,
+    )
+    assert type(result).__name__ == "TranscriptionDiarized"
+    assert result.task == "transcribe" and abs(result.duration - len(d.samples) / RATE) < 0.01
+    assert {s.speaker for s in result.segments} == {"pat", "A"}
+    assert all(s.type == "transcript.text.segment" and s.text for s in result.segments)
+    for s in result.segments:  # pat is the known voice, A the other one
+        turn = max(d.turns, key=lambda t: min(t.end, s.end) - max(t.start, s.start))
+        assert (s.speaker == "pat") == (turn.speaker == voice), (s, turn)
+    assert "warehouse" in result.text.lower() or "message" in result.text.lower()  # it was transcribed
+
+
+def test_verbose_json_and_srt_with_miniinfers_diarize(client, http, talk):
+    d, wav = talk
+    result = client.audio.transcriptions.create(
+        model=REAL,
+        file=("dialogue.wav", wav),
+        response_format="verbose_json",
+        extra_body={"diarize": "1"},
+        timeout=TIMEOUT,
+    )
+    body = result.model_dump()
+    assert body["speakers"] == 2 and len(body["speaker_labels"]) == 2
+    segments = [(s["start"], s["end"], s["speaker"]) for s in body["segments"]]
+    assert {s[2] for s in segments} == {0, 1}
+    assert segment_speakers_right(d, segments) >= 0.8, segments
+    r = http.post(
+        "/v1/audio/transcriptions",
+        params={"diarize": "1", "response_format": "srt", "num_speakers": "2"},
+        content=wav,
+        timeout=TIMEOUT,
+    )
+    assert r.status_code == 200, r.text
+    cues = [block.splitlines()[2] for block in r.text.strip().split("\n\n")]
+    assert cues and all(c.startswith(("A: ", "B: ")) for c in cues), cues
+    assert {c[:2] for c in cues} == {"A:", "B:"}
+
+
+def test_diarization_route_json_and_rttm(http, talk):
+    d, wav = talk
+    r = http.post("/v1/audio/diarization", files={"file": ("dialogue.wav", wav)}, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["speakers"] == ["A", "B"]
+    hypothesis = [(s["start"], s["end"], s["speaker"]) for s in body["segments"]]
+    der = diarization_error_rate(reference(d), hypothesis)
+    print(f"diarization route: DER {der:.3f}")
+    assert der <= 0.15
+    r = http.post(
+        "/v1/audio/diarization",
+        params={"response_format": "rttm", "max_speakers": "2"},
+        content=wav,
+        timeout=TIMEOUT,
+    )
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    lines = [line.split() for line in r.text.splitlines()]
+    assert len(lines) == len(body["segments"])
+    assert all(f[0] == "SPEAKER" and f[1] == "audio" and f[7] in ("A", "B") for f in lines)

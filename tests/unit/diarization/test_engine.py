@@ -1,0 +1,64 @@
+"""The diarization engine through the engine-thread bridge: a recording of two espeak-ng voices
+(male and female variants, which GE2E tells apart; Kokoro's are in test_quality.py) with a known
+speaker, the speaker count option, and a missing speaker model as a 400."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deployments.diarization import engine as engine_module
+from deployments.diarization.config import DiarizationConfig, SpeakerCount
+from deployments.diarization.engine import DiarizationEngine, DiarizeJob
+from deployments.hub import ModelUnavailable
+from deployments.protocol.errors import APIError
+from tests.speech import silence, speak
+
+RATE = 16000
+MALE, FEMALE = "en-us+m3", "en+f4"
+LINES = [
+    (MALE, "The quick brown fox jumps over the lazy dog near the river bank."),
+    (FEMALE, "Please call Stella and ask her to bring these things with her."),
+    (MALE, "We will need another week to finish the testing of the new parts."),
+    (FEMALE, "Thursday afternoon works for everyone on my team and the room is free."),
+]
+
+
+@pytest.fixture(scope="module")
+def recording() -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+    parts, turns, t = [silence(0.5)], [], 0.5
+    for voice, text in LINES:
+        clip = speak(text, voice=voice)
+        turns.append((t, t + len(clip) / RATE, voice))
+        parts += [clip, silence(1.0)]
+        t += len(clip) / RATE + 1.0
+    return np.concatenate(parts), turns
+
+
+async def test_two_voices_and_a_known_one(recording):
+    samples, turns = recording
+    engine = await DiarizationEngine.start()
+    try:
+        reference = speak("Some other words entirely, read by the same voice.", voice=FEMALE)
+        job = DiarizeJob(samples, RATE, DiarizationConfig(), references={"stella": reference})
+        result = await engine.diarize(job)
+        assert sorted(result.labels) == ["A", "stella"]
+        for start, end, voice in turns:
+            assert (result.labels[result.speaker_of(start, end)] == "stella") == (voice == FEMALE)
+        # Another rate is resampled; an exact count overrides the threshold.
+        at_8k = await engine.diarize(DiarizeJob(samples[::2], RATE // 2, DiarizationConfig(), SpeakerCount(3)))
+        assert at_8k.speakers == 3 and at_8k.duration == pytest.approx(result.duration, abs=0.01)
+        assert engine.stats["recordings"] == 2
+    finally:
+        engine.shutdown()
+
+
+async def test_a_missing_speaker_model_is_a_400(monkeypatch):
+    def missing():
+        raise ModelUnavailable("the PyPI package 'resemblyzer' is not installed")
+
+    monkeypatch.setattr(engine_module, "Diarizer", missing)
+    with pytest.raises(APIError) as e:
+        await DiarizationEngine.start()
+    assert e.value.status_code == 400 and e.value.code == "diarization_unavailable"
+    assert "resemblyzer" in e.value.message
