@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+SPEAKER_MODEL_ID = "resemblyzer-ge2e"  # the speaker-embedding model diarization runs
+
 # Measured on the Kokoro dialogues (bench/diarization.py, docs/api/diarization.md).
 DEFAULT_THRESHOLD = 0.25
 

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from deployments.diarization.config import DiarizationConfig, SpeakerCount
+from deployments.diarization.config import SPEAKER_MODEL_ID, DiarizationConfig, SpeakerCount
 from deployments.diarization.pipeline import Diarization, Diarizer
 from deployments.engine_thread import EngineThread, Message
 from deployments.hub import ModelUnavailable
 from deployments.protocol.errors import invalid_request
-
-SPEAKER_MODEL_ID = "resemblyzer-ge2e"
 
 
 @dataclass(eq=False)

@@ -12,7 +12,7 @@ from pathlib import PurePath
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from deployments.diarization.engine import SPEAKER_MODEL_ID
+from deployments.diarization.config import SPEAKER_MODEL_ID
 from deployments.diarization.formats import CONTENT_TYPES, diarization_json, rttm
 from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, known_speakers, validated
 from deployments.ingress.state import IngressState, ingress_state
