@@ -119,7 +119,11 @@ SLOTS: dict[str, Slot] = {
             random_builtins=frozenset({TINY_WHISPER_ID}),
             replica_resources=reserve(0.1, 1024),
             real_model_hint="the built-in whisper-tiny.en (the default)",
-            routes=(Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),),
+            routes=(
+                Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),
+                # Streaming sessions: one PCM chunk per request (at most stream_max_chunk_s).
+                Route("/v1/audio/stream/", 2 * MiB, 300.0),
+            ),
             engine=Engine(
                 "mlx-audio-stt",
                 "mlx-audio",

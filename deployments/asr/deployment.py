@@ -4,6 +4,9 @@ A request's audio is decoded here (in a worker thread), then joins a `@serve.bat
 whose size and wait window come from the batching mode (ASR_MODE / ASR_MAX_BATCH). Each
 batch is split by model and decoding options, and each part is one call to the engine: one
 batched forward pass for whisper. Models are multiplexed per replica as in the LLM slot.
+
+Streaming sessions (MiniInfer's /v1/audio/stream/sessions, the Realtime WebSocket) live in the
+replica that created them (`SessionHost`); their decodes join the same batches.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from ray import serve
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
 from deployments.asr.metrics import TranscriptionMetrics
+from deployments.asr.session_host import SessionHost
+from deployments.asr.streaming import StreamConfig
 from deployments.asr.transcript import Transcript
 from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.protocol.errors import invalid_request
@@ -57,6 +62,23 @@ class ASRSlot(SlotReplica):
             mode.max_batch_size,
             mode.wait_s * 1000,
         )
+        self.streams = SessionHost(
+            serve.get_replica_context().replica_id.unique_id,
+            decode=self._decode_samples,
+            engine_for=self.models.get,
+            max_sessions=self.config.stream_max_sessions,
+            idle_timeout_s=self.config.stream_idle_timeout_s,
+            max_chunk_s=self.config.stream_max_chunk_s,
+            defaults=StreamConfig(
+                partial_every_s=self.config.stream_partial_every_s, pause_s=self.config.stream_pause_s
+            ),
+        )
+        self._reclaimer = asyncio.create_task(self._reclaim_idle_sessions())
+
+    async def _reclaim_idle_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(min(30.0, self.config.stream_idle_timeout_s / 4))
+            self.streams.reclaim()
 
     async def start_engine(self, model_id: str, model_dir: Path) -> ASREngine:
         engine_config = EngineConfig(
@@ -84,11 +106,43 @@ class ASRSlot(SlotReplica):
                 read_server_file, server_path or "", self.config.files_dir, self.config.max_upload_mb
             )
         samples = await self._decode(audio, engine.sample_rate)
+        result = await self._decode_samples(engine, options, samples)
+        self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
+        return result
+
+    async def _decode_samples(self, engine: ASREngine, options: TranscribeOptions, samples: np.ndarray) -> Transcript:
+        """Decoded audio through the batch queue (files and streaming sessions alike)."""
         result = await self._batched(_Job(engine, options, samples))
         if isinstance(result, BaseException):
             raise result
-        self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
+
+    # ------------------------------------------------------------------ streaming sessions
+
+    async def stream_create(self, language: Optional[str] = None, overrides: Optional[dict] = None) -> dict:
+        """A new session on the request's model; its sid names this replica."""
+        engine = await self.engine()
+        options = TranscribeOptions(language=language)
+        engine.check_options(options)
+        return await self.streams.create(engine, options, overrides)
+
+    async def stream_feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
+        return await self.streams.feed(sid, pcm, finish)
+
+    async def stream_commit(self, sid: str) -> dict:
+        return await self.streams.commit(sid)
+
+    async def stream_clear(self, sid: str) -> dict:
+        return await self.streams.clear(sid)
+
+    async def stream_state(self, sid: str) -> dict:
+        return self.streams.state(sid)
+
+    async def stream_delete(self, sid: str) -> dict:
+        return self.streams.delete(sid)
+
+    async def stream_sessions(self) -> dict:
+        return {"replica": self.streams.replica_id, **self.streams.sessions()}
 
     async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:
         check_upload_size(len(data), self.config.max_upload_mb)
@@ -117,5 +171,6 @@ class ASRSlot(SlotReplica):
         """Batches seen by size, and each engine's forward-pass counters."""
         return {
             "batch_sizes": dict(self.batch_sizes),
+            "streams": dict(self.streams.stats),
             "engines": {e.model_id: dict(e.stats) for e in self.models.engines()},
         }

@@ -16,6 +16,7 @@ from deployments.ingress.middleware import (
 )
 from deployments.ingress.routers import (
     audio_speech,
+    audio_stream,
     audio_transcriptions,
     chat,
     completions,
@@ -38,6 +39,7 @@ ROUTERS = (
     completions,
     metrics,
     audio_transcriptions,
+    audio_stream,
     audio_speech,
     voices,
     ws_tts,
