@@ -121,8 +121,9 @@ SLOTS: dict[str, Slot] = {
             real_model_hint="the built-in whisper-tiny.en (the default)",
             routes=(
                 Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),
+                Route("/v1/audio/translations", 10 * MiB, 1800.0),
                 # Streaming sessions: one PCM chunk per request (at most stream_max_chunk_s).
-                Route("/v1/audio/stream/", 2 * MiB, 300.0),
+                Route("/v1/audio/stream/", 2 * MiB, 300.0, card=False),
             ),
             engine=Engine(
                 "mlx-audio-stt",

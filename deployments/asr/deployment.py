@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -93,22 +94,47 @@ class ASRSlot(SlotReplica):
     ) -> Transcript:
         """Transcribe uploaded bytes, or a file under the configured `files_dir`."""
         started = time.perf_counter()
+        engine, options, samples = await self._request_audio(params, audio, server_path)
+        result = await self._decode_samples(engine, options, samples)
+        self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
+        return result
+
+    async def transcribe_stream(
+        self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
+    ) -> AsyncIterator[dict]:
+        """OpenAI's streamed transcription: a `transcript.text.delta` per decoded window, then
+        `transcript.text.done` with the whole text (the same as `transcribe`'s) and the usage."""
+        started = time.perf_counter()
+        engine, options, samples = await self._request_audio(params, audio, server_path)
+        duration = len(samples) / engine.sample_rate
+        texts: list[str] = []
+        async for segments in engine.transcribe_windows(samples, options):
+            for text in (s.text.strip() for s in segments):
+                if text:
+                    yield {"type": "transcript.text.delta", "delta": (" " if texts else "") + text}
+                    texts.append(text)
+        self.metrics.transcribed(engine.model_id, duration, time.perf_counter() - started)
+        usage = {"type": "duration", "seconds": round(duration, 3)}
+        yield {"type": "transcript.text.done", "text": " ".join(texts), "usage": usage}
+
+    async def _request_audio(
+        self, params: TranscriptionParams, audio: Optional[bytes], server_path: Optional[str]
+    ) -> tuple[ASREngine, TranscribeOptions, np.ndarray]:
+        """The request's engine, options and decoded samples; bad requests fail here."""
         engine = await self.engine()
         options = TranscribeOptions(
             language=params.language,
             prompt=params.prompt,
             temperature=params.temperature,
             word_timestamps=params.word_timestamps,
+            task=params.task,
         )
         engine.check_options(options)
         if audio is None:
             audio = await asyncio.to_thread(
                 read_server_file, server_path or "", self.config.files_dir, self.config.max_upload_mb
             )
-        samples = await self._decode(audio, engine.sample_rate)
-        result = await self._decode_samples(engine, options, samples)
-        self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
-        return result
+        return engine, options, await self._decode(audio, engine.sample_rate)
 
     async def _decode_samples(self, engine: ASREngine, options: TranscribeOptions, samples: np.ndarray) -> Transcript:
         """Decoded audio through the batch queue (files and streaming sessions alike)."""

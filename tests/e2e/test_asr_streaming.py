@@ -135,3 +135,22 @@ async def test_eight_sessions_at_once_next_to_a_chat_stream(server, speech_pcm):
     assert "[DONE]" in results[8]
     texts = {f["text"] for f in finals}
     assert len(texts) == 1 and "hello" in texts.pop().lower()  # the same audio, the same text
+
+
+def test_the_sdk_streams_a_transcription(client, speech_pcm):
+    audio = wav(speech_pcm)
+    whole = client.audio.transcriptions.create(model=REAL, file=("s.wav", audio), temperature=0)
+    events = list(client.audio.transcriptions.create(model=REAL, file=("s.wav", audio), temperature=0, stream=True))
+    deltas = [e for e in events if e.type == "transcript.text.delta"]
+    done = events[-1]
+    assert deltas and done.type == "transcript.text.done" and len(events) == len(deltas) + 1
+    assert "".join(d.delta for d in deltas) == done.text == whole.text
+    assert done.usage.type == "duration" and done.usage.seconds == pytest.approx(len(speech_pcm) / RATE, abs=0.01)
+
+
+def test_translation_needs_a_multilingual_model(client, speech_pcm):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.audio.translations.create(model=REAL, file=("s.wav", wav(speech_pcm)))
+    assert "English-only" in str(info.value)

@@ -5,6 +5,10 @@
 - the raw audio as the body (MiniInfer), parameters in the query string;
 - JSON (OminiX-API): `{"file": "<base64>" | "/server/path", "model", "language", ...}`.
 
+`stream=true` (in any of the three) answers OpenAI's SSE events instead: a
+`transcript.text.delta` per decoded window, then `transcript.text.done` with the usage.
+POST /v1/audio/translations takes the same forms (multilingual Whisper only).
+
 The router only parses; decoding, size limits and transcription happen in the ASR slot, and
 the transcript is rendered here in the requested response format.
 """
@@ -21,18 +25,29 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from deployments.asr.formats import render
+from deployments.ingress.responses import sse_response
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import TranscriptionParams
 
 router = APIRouter(tags=["audio"])
 
-_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature")
+_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature", "stream")
 _GRANULARITIES = ("timestamp_granularities[]", "timestamp_granularities")
 
 
 @router.post("/v1/audio/transcriptions")
 async def create_transcription(request: Request, state: IngressState = Depends(ingress_state)):
+    return await _transcribe(request, state, "transcribe")
+
+
+@router.post("/v1/audio/translations")
+async def create_translation(request: Request, state: IngressState = Depends(ingress_state)):
+    """OpenAI's translations (speech in any language -> English text): multilingual Whisper only."""
+    return await _transcribe(request, state, "translate")
+
+
+async def _transcribe(request: Request, state: IngressState, task: str):
     asr = state.slot("asr")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     server_path: Optional[str] = None
@@ -48,7 +63,11 @@ async def create_transcription(request: Request, state: IngressState = Depends(i
                 "a JSON body with `file` (base64), or the audio bytes as the body.",
                 "file",
             )
+    params = params.model_copy(update={"task": task})
     model = state.catalog.resolve("asr", params.model)
+    if params.stream:
+        events = await asr.stream("transcribe_stream", params, audio, server_path, model=model)
+        return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
     transcript = await asr.call("transcribe", params, audio, server_path, model=model)
     body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
     if isinstance(body, dict):
