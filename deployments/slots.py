@@ -124,6 +124,7 @@ SLOTS: dict[str, Slot] = {
                 Route("/v1/audio/translations", 10 * MiB, 1800.0),
                 # Streaming sessions: one PCM chunk per request (at most stream_max_chunk_s).
                 Route("/v1/audio/stream/", 2 * MiB, 300.0, card=False),
+                Route("/v1/realtime", 1 * MiB, None, card=False),  # a WebSocket: its own idle timeout
             ),
             engine=Engine(
                 "mlx-audio-stt",

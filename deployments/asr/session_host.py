@@ -140,7 +140,8 @@ class SessionHost:
 
     async def feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
         """A chunk (possibly empty with finish): the session's state after it, with the events
-        it caused (`speech_started`/`speech_stopped` in stream seconds, `finalised` texts)."""
+        it caused (`speech_started`/`speech_stopped` in stream seconds, `finalised` utterances
+        with their text, start and end, empty texts included)."""
         live = self._get(sid)
         samples = pcm16_samples(pcm, self.max_chunk_bytes) if (pcm or not finish) else np.zeros(0, np.float32)
         async with live.lock:
@@ -170,12 +171,13 @@ class SessionHost:
             return answer
 
     async def commit(self, sid: str) -> dict:
-        """End the open utterance now (Realtime manual commit); its text, "" if none."""
+        """End the open utterance now (Realtime manual commit); `committed` is the finalised
+        utterance (text, start, end), None if nothing was buffered."""
         live = self._get(sid)
         async with live.lock:
             cut = live.session.commit()
-            text = await self._finalise(live, cut) if cut is not None else ""
-            return {**live.session.state(utterance_final=cut is not None), "committed": text}
+            committed = await self._finalise(live, cut) if cut is not None else None
+            return {**live.session.state(utterance_final=cut is not None), "committed": committed}
 
     async def clear(self, sid: str) -> dict:
         live = self._get(sid)
@@ -183,11 +185,11 @@ class SessionHost:
             live.session.clear()
             return live.session.state()
 
-    async def _finalise(self, live: LiveSession, cut: Cut) -> str:
-        text = (await self._transcribe(live, cut.audio)).text
+    async def _finalise(self, live: LiveSession, cut: Cut) -> dict:
+        text = (await self._transcribe(live, cut.audio)).text.strip()
         live.session.finalised(cut, text)
         self.stats["finals"] += 1
-        return text.strip()
+        return {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
 
     async def _transcribe(self, live: LiveSession, samples: np.ndarray):
         engine = await self._engine_for(live.session.model)

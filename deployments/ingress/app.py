@@ -25,6 +25,7 @@ from deployments.ingress.routers import (
     metrics,
     model_admin,
     models,
+    realtime,
     voices,
     ws_tts,
 )
@@ -43,6 +44,7 @@ ROUTERS = (
     audio_speech,
     voices,
     ws_tts,
+    realtime,
     images,
 )
 

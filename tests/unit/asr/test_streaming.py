@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from deployments.asr.engine import TranscribeOptions
-from deployments.asr.session_host import SessionHost
 from deployments.asr.streaming import RATE, VAD_WINDOW, SessionTable, StreamConfig, StreamSession, pcm16_samples
 from deployments.protocol.errors import APIError
 from deployments.routing.affinity import replica_key
+from tests.ingress.fakes import Engine, pcm, session_host
 
 W = VAD_WINDOW
 
@@ -118,47 +118,9 @@ def test_table_caps_reclaims_and_names_the_replica():
     assert len(table.reclaim()) == 2 and table.get(a.sid) is None
 
 
-class ScriptedVAD:
-    """Speech where the chunk is loud (|x| > 0.05), per 512-sample window."""
-
-    async def feed(self, samples, state):
-        pending = np.concatenate([state if state is not None else np.zeros(0, np.float32), samples])
-        n = len(pending) // W
-        windows = pending[: n * W].reshape(n, W) if n else np.zeros((0, W))
-        return (np.abs(windows).max(axis=1) > 0.05).astype(float), pending[n * W :]
-
-
-class Transcribed:
-    def __init__(self, text):
-        self.text = text
-
-
-class Engine:
-    model_id = "m"
-    sample_rate = RATE
-
-
-def host(**kwargs) -> tuple[SessionHost, list]:
-    decoded: list[int] = []
-
-    async def decode(engine, options, samples):
-        decoded.append(len(samples))
-        return Transcribed(f"utterance of {len(samples) / RATE:.2f} s")
-
-    async def engine_for(model):
-        return Engine()
-
-    defaults = dict(max_sessions=4, idle_timeout_s=600, max_chunk_s=10, vad=ScriptedVAD())
-    return SessionHost("r1", decode, engine_for, **{**defaults, **kwargs}), decoded
-
-
-def pcm(seconds: float, loud: bool) -> bytes:
-    return (np.full(int(seconds * RATE), 8000 if loud else 0, "<i2")).tobytes()
-
-
 def test_host_feeds_finalises_and_finishes():
     async def run():
-        h, decoded = host()
+        h, decoded = session_host()
         sid = (await h.create(Engine(), TranscribeOptions()))["sid"]
         answers = [await h.feed(sid, pcm(0.3, True)) for _ in range(4)]
         assert [a["partial"] != "" for a in answers] == [False, True, True, True]  # kept until refreshed
@@ -180,7 +142,7 @@ def test_host_feeds_finalises_and_finishes():
 
 def test_host_tells_a_lost_session_from_an_unknown_one():
     async def run():
-        h, _ = host()
+        h, _ = session_host()
         for sid, status in ((replica_key("r1", "nope"), 404), (replica_key("dead-replica", "x"), 410)):
             with pytest.raises(APIError) as e:
                 await h.feed(sid, pcm(0.5, True))
