@@ -154,3 +154,65 @@ def test_translation_needs_a_multilingual_model(client, speech_pcm):
     with pytest.raises(openai.BadRequestError) as info:
         client.audio.translations.create(model=REAL, file=("s.wav", wav(speech_pcm)))
     assert "English-only" in str(info.value)
+
+
+async def realtime_events(server, messages: list[dict], completions: int) -> list[dict]:
+    """Send `messages` on /v1/realtime?intent=transcription; the events up to the n-th completed."""
+    import websockets
+
+    url = server.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    events = []
+    async with websockets.connect(url, max_size=None) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        for message in messages:
+            await ws.send(json.dumps(message))
+        done = 0
+        while done < completions:
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 120)))
+            assert events[-1]["type"] != "error", events[-1]
+            done += events[-1]["type"] == "conversation.item.input_audio_transcription.completed"
+    return events
+
+
+def appends(pcm: np.ndarray, rate: int, seconds: float = 0.1) -> list[dict]:
+    import base64
+
+    step = int(rate * seconds) * 2
+    data = pcm.tobytes()
+    return [
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i : i + step]).decode()}
+        for i in range(0, len(data), step)
+    ]
+
+
+async def test_realtime_server_vad_transcribes_each_utterance(server, speech_pcm):
+    from deployments.audio.resample import resample
+
+    at_24k = pcm16(resample(speech_pcm.astype(np.float32) / 32768, RATE, 24000))
+    events = await realtime_events(server, appends(at_24k, 24000), completions=2)
+    kinds = [e["type"] for e in events]
+    assert kinds.count("input_audio_buffer.speech_started") >= 2 and "input_audio_buffer.speech_stopped" in kinds
+    transcripts = [e["transcript"] for e in events if e["type"].endswith("transcription.completed")]
+    print("realtime:", transcripts)
+    assert word_error_rate(FIRST, transcripts[0]) <= 0.3 and word_error_rate(SECOND, transcripts[1]) <= 0.3
+
+
+async def test_realtime_manual_commit(server, speech_pcm):
+    update = {
+        "type": "session.update",
+        "session": {
+            "type": "transcription",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}},
+        },
+    }
+    first = speech_pcm[: int(3.0 * RATE)]
+    messages = [update, *appends(first, RATE), {"type": "input_audio_buffer.commit"}]
+    events = await realtime_events(server, messages, completions=1)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "session.updated" and "input_audio_buffer.speech_started" not in kinds
+    assert kinds[-3:] == [
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+    ]
+    assert word_error_rate(FIRST, events[-1]["transcript"]) <= 0.3, events[-1]
