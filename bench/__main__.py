@@ -22,7 +22,7 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # affinity routing saves on two LLM replicas; Kokoro's CPU convolutions (in process: stock vs
 # GEMM kernels vs onnxruntime); the shipped config's replica footprint, its sustained TTS burst
 # and a replica's cold start.
-EXTRA_SCENARIOS = ("cuda_proxy", "prefix", "affinity", "kokoro", "footprint", "burst", "coldstart")
+EXTRA_SCENARIOS = ("cuda_proxy", "prefix", "affinity", "kokoro", "footprint", "burst", "coldstart", "asr_stream")
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
     "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 32, "asr_rounds": 1, "asr_utterances": 1},

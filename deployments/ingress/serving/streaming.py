@@ -14,11 +14,11 @@ from typing import Any, Optional
 
 from deployments.asr.streaming import session_lost, session_not_found
 from deployments.ingress.state import IngressState
-from deployments.protocol.errors import APIError
+from deployments.protocol.errors import APIError, unavailable
 from deployments.routing.affinity import owner_of, replica_key
 
 REPLICA_DIED = "replica_died"  # the code from_exception gives a replica that died under a request
-LIST_TIMEOUT_S = 10.0
+LIST_TIMEOUT_S = 60.0
 
 
 class ServingStreams:
@@ -47,12 +47,18 @@ class ServingStreams:
     async def sessions(self) -> dict:
         """Every ASR replica's live sessions (the replicas from the control plane; without
         one, the replica Serve picks)."""
+        try:
+            return await asyncio.wait_for(self._sessions(), LIST_TIMEOUT_S)
+        except TimeoutError:  # never a bare TimeoutError: the route timeout would claim it
+            raise unavailable(f"The ASR replicas did not list their sessions within {LIST_TIMEOUT_S:g} s") from None
+
+    async def _sessions(self) -> dict:
         replicas = await self._asr_replicas()
         if not replicas:
             answers = [await self.asr.call("stream_sessions")]
         else:
             calls = [self.asr.call("stream_sessions", session=replica_key(r, "list")) for r in replicas]
-            answers = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), LIST_TIMEOUT_S)
+            answers = await asyncio.gather(*calls, return_exceptions=True)
             # A replica the control plane still lists but that is gone: its key reached another
             # replica, whose sessions are counted once, from its own answer.
             answers = [a for r, a in zip(replicas, answers) if isinstance(a, dict) and a.get("replica") == r]
@@ -62,5 +68,5 @@ class ServingStreams:
     async def _asr_replicas(self) -> list[str]:
         if self.state.control is None:
             return []
-        status = await asyncio.wait_for(self.state.control.call("status"), LIST_TIMEOUT_S)
+        status = await self.state.control.call("status")
         return [r["replica_id"] for r in status.get("asr", {}).get("replicas", [])]
