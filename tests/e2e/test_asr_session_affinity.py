@@ -9,6 +9,8 @@ slot, tiny CPU shares) in the session's cluster, as tests/e2e/test_llm_affinity.
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import numpy as np
 import pytest
@@ -61,11 +63,20 @@ def test_sessions_stick_to_their_replica_and_a_killed_one_loses_its_sessions(two
     sids = [http.post(SESSIONS).json()["sid"] for _ in range(12)]
     owners = {sid: owner_of(sid) for sid in sids}
     assert set(owners.values()) == set(ids), owners  # creation spreads over both replicas
-    for n in range(1, 4):
-        for sid in sids:
-            r = http.post(f"{SESSIONS}/{sid}", content=CHUNK)
-            assert r.status_code == 200, r.text
-            assert r.json()["received_s"] == 0.5 * n  # the same session state every time
+    for sid in sids:
+        r = http.post(f"{SESSIONS}/{sid}", content=CHUNK)
+        assert r.status_code == 200 and r.json()["received_s"] == 0.5, r.text
+
+    async def all_at_once():
+        # Concurrent requests of different sessions must not swap replicas (Serve's multiplex
+        # mixin would hand a chosen replica to whichever request is first in its queue).
+        async with httpx.AsyncClient(base_url=str(http.base_url), timeout=120) as client:
+            return await asyncio.gather(*(client.post(f"{SESSIONS}/{sid}", content=CHUNK) for sid in sids))
+
+    for n in (2, 3):
+        answers = asyncio.run(all_at_once())
+        assert [r.status_code for r in answers] == [200] * 12, [r.text for r in answers if r.status_code != 200]
+        assert [r.json()["received_s"] for r in answers] == [0.5 * n] * 12  # each session's own state
 
     def complete_listing():
         # Under heavy load Serve's queue-length probe of a replica can miss its deadline until

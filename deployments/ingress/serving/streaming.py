@@ -57,11 +57,19 @@ class ServingStreams:
         if not replicas:
             answers = [await self.asr.call("stream_sessions")]
         else:
-            calls = [self.asr.call("stream_sessions", session=replica_key(r, "list")) for r in replicas]
-            answers = await asyncio.gather(*calls, return_exceptions=True)
-            # A replica the control plane still lists but that is gone: its key reached another
-            # replica, whose sessions are counted once, from its own answer.
-            answers = [a for r, a in zip(replicas, answers) if isinstance(a, dict) and a.get("replica") == r]
+            # One replica after the other: handle calls made concurrently inside one request
+            # share its internal request id, and Serve's router can then hand one call's
+            # replica to the other and leave the first pending forever.
+            answers = []
+            for replica in replicas:
+                try:
+                    answer = await self.asr.call("stream_sessions", session=replica_key(replica, "list"))
+                except APIError:
+                    continue
+                # A replica the control plane still lists but that is gone: its key reached
+                # another replica, whose sessions are counted once, from its own answer.
+                if answer.get("replica") == replica:
+                    answers.append(answer)
         sessions = [s for a in answers for s in a["sessions"]]
         return {"live": len(sessions), "sessions": sessions}
 
