@@ -60,3 +60,15 @@ async def power_of_two_choices(router: Any, candidates: list, pending_request: A
     from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
 
     return await PowerOfTwoChoicesRequestRouter.choose_replicas(router, candidates, pending_request)
+
+
+def fulfill_the_routed_request(router: Any, replica: Any, request_metadata: Any) -> None:
+    """Give the replica a routing task chose to the request it was chosen for.
+
+    `MultiplexMixin._fulfill_next_pending_request` hands it to the first pending request of
+    the same model, else the queue's head: with keyed requests in flight at once, one session's
+    request would go to another session's replica (and the other's routing task is cancelled,
+    leaving it pending forever). The base router matches by internal request id."""
+    from ray.serve.request_router import RequestRouter
+
+    RequestRouter._fulfill_next_pending_request(router, replica, request_metadata)

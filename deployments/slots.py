@@ -122,6 +122,10 @@ SLOTS: dict[str, Slot] = {
             routes=(
                 Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),
                 Route("/v1/audio/diarization", 10 * MiB, 1800.0),
+                Route("/v1/audio/translations", 10 * MiB, 1800.0),
+                # Streaming sessions: one PCM chunk per request (at most stream_max_chunk_s).
+                Route("/v1/audio/stream/", 2 * MiB, 300.0, card=False),
+                Route("/v1/realtime", 1 * MiB, None, card=False),  # a WebSocket: its own idle timeout
             ),
             engine=Engine(
                 "mlx-audio-stt",

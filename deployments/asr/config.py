@@ -90,6 +90,17 @@ class ASRSlotConfig(SlotModelsConfig):
         lt=2,
         description="Cosine distance above which two voices are different speakers (lower: more speakers)",
     )
+    stream_max_sessions: int = Field(
+        32, ge=1, description="Live streaming sessions per replica (POST /v1/audio/stream/sessions); beyond: 429"
+    )
+    stream_idle_timeout_s: float = Field(600.0, gt=0, description="A streaming session idle this long is reclaimed")
+    stream_max_chunk_s: float = Field(
+        30.0, gt=0, le=60, description="Longest PCM chunk one streaming request may carry (larger: 400)"
+    )
+    stream_partial_every_s: float = Field(
+        0.5, ge=0.1, description="A session's partial hypothesis is re-decoded at most once per this much new audio"
+    )
+    stream_pause_s: float = Field(0.7, gt=0, description="A pause this long after speech finalises the utterance")
 
     @field_validator("mode")
     @classmethod

@@ -10,6 +10,9 @@ the GE2E encoder, ~6 MB, loaded on the first diarized request): the decoded samp
 transcript's segment boundaries are already in this process, so nothing crosses a handle twice,
 and diarized transcriptions scale with the ASR slot's replicas. /v1/audio/diarization (no
 transcript) uses the same engine.
+
+Streaming sessions (MiniInfer's /v1/audio/stream/sessions, the Realtime WebSocket) live in the
+replica that created them (`SessionHost`); their decodes join the same batches.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -28,6 +32,8 @@ from ray import serve
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
 from deployments.asr.metrics import TranscriptionMetrics
+from deployments.asr.session_host import SessionHost
+from deployments.asr.streaming import StreamConfig
 from deployments.asr.transcript import Transcript
 from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.diarization.config import SpeakerCount
@@ -68,6 +74,23 @@ class ASRSlot(SlotReplica):
             mode.max_batch_size,
             mode.wait_s * 1000,
         )
+        self.streams = SessionHost(
+            serve.get_replica_context().replica_id.unique_id,
+            decode=self._decode_samples,
+            engine_for=self.models.get,
+            max_sessions=self.config.stream_max_sessions,
+            idle_timeout_s=self.config.stream_idle_timeout_s,
+            max_chunk_s=self.config.stream_max_chunk_s,
+            defaults=StreamConfig(
+                partial_every_s=self.config.stream_partial_every_s, pause_s=self.config.stream_pause_s
+            ),
+        )
+        self._reclaimer = asyncio.create_task(self._reclaim_idle_sessions())
+
+    async def _reclaim_idle_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(min(30.0, self.config.stream_idle_timeout_s / 4))
+            self.streams.reclaim()
 
     async def start_engine(self, model_id: str, model_dir: Path) -> ASREngine:
         engine_config = EngineConfig(
@@ -89,28 +112,85 @@ class ASRSlot(SlotReplica):
         clips, by name)."""
         started = time.perf_counter()
         diarizer = await self.diarizer() if params.diarized else None
-        engine = await self.engine()
-        options = TranscribeOptions(
-            language=params.language,
-            prompt=params.prompt,
-            temperature=params.temperature,
-            word_timestamps=params.word_timestamps,
-        )
-        engine.check_options(options)
-        if audio is None:
-            audio = await asyncio.to_thread(
-                read_server_file, server_path or "", self.config.files_dir, self.config.max_upload_mb
-            )
-        samples = await self._decode(audio, engine.sample_rate)
-        result = await self._batched(_Job(engine, options, samples))
-        if isinstance(result, BaseException):
-            raise result
+        engine, options, samples = await self._request_audio(params, audio, server_path)
+        result = await self._decode_samples(engine, options, samples)
         if diarizer is not None:
             boundaries = [s.end for s in result.segments]
             speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
             result.label_speakers(speakers.speaker_of, speakers.labels)
         self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
+
+    async def transcribe_stream(
+        self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
+    ) -> AsyncIterator[dict]:
+        """OpenAI's streamed transcription: a `transcript.text.delta` per decoded window, then
+        `transcript.text.done` with the whole text (the same as `transcribe`'s) and the usage."""
+        started = time.perf_counter()
+        engine, options, samples = await self._request_audio(params, audio, server_path)
+        duration = len(samples) / engine.sample_rate
+        texts: list[str] = []
+        async for segments in engine.transcribe_windows(samples, options):
+            for text in (s.text.strip() for s in segments):
+                if text:
+                    yield {"type": "transcript.text.delta", "delta": (" " if texts else "") + text}
+                    texts.append(text)
+        self.metrics.transcribed(engine.model_id, duration, time.perf_counter() - started)
+        usage = {"type": "duration", "seconds": round(duration, 3)}
+        yield {"type": "transcript.text.done", "text": " ".join(texts), "usage": usage}
+
+    async def _request_audio(
+        self, params: TranscriptionParams, audio: Optional[bytes], server_path: Optional[str]
+    ) -> tuple[ASREngine, TranscribeOptions, np.ndarray]:
+        """The request's engine, options and decoded samples; bad requests fail here."""
+        engine = await self.engine()
+        options = TranscribeOptions(
+            language=params.language,
+            prompt=params.prompt,
+            temperature=params.temperature,
+            word_timestamps=params.word_timestamps,
+            task=params.task,
+        )
+        engine.check_options(options)
+        if audio is None:
+            audio = await asyncio.to_thread(
+                read_server_file, server_path or "", self.config.files_dir, self.config.max_upload_mb
+            )
+        return engine, options, await self._decode(audio, engine.sample_rate)
+
+    async def _decode_samples(self, engine: ASREngine, options: TranscribeOptions, samples: np.ndarray) -> Transcript:
+        """Decoded audio through the batch queue (files and streaming sessions alike)."""
+        result = await self._batched(_Job(engine, options, samples))
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    # ------------------------------------------------------------------ streaming sessions
+
+    async def stream_create(self, language: Optional[str] = None, overrides: Optional[dict] = None) -> dict:
+        """A new session on the request's model; its sid names this replica."""
+        engine = await self.engine()
+        options = TranscribeOptions(language=language)
+        engine.check_options(options)
+        return await self.streams.create(engine, options, overrides)
+
+    async def stream_feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
+        return await self.streams.feed(sid, pcm, finish)
+
+    async def stream_commit(self, sid: str) -> dict:
+        return await self.streams.commit(sid)
+
+    async def stream_clear(self, sid: str) -> dict:
+        return await self.streams.clear(sid)
+
+    async def stream_state(self, sid: str) -> dict:
+        return self.streams.state(sid)
+
+    async def stream_delete(self, sid: str) -> dict:
+        return self.streams.delete(sid)
+
+    async def stream_sessions(self) -> dict:
+        return {"replica": self.streams.replica_id, **self.streams.sessions()}
 
     async def diarize(
         self, params: DiarizationParams, audio: bytes, references: Optional[dict[str, np.ndarray]] = None
@@ -173,6 +253,7 @@ class ASRSlot(SlotReplica):
         """Batches seen by size, each engine's forward-pass counters, and the diarizer's."""
         return {
             "batch_sizes": dict(self.batch_sizes),
+            "streams": dict(self.streams.stats),
             "engines": {e.model_id: dict(e.stats) for e in self.models.engines()},
             "diarization": dict(self._diarizer.stats) if self._diarizer is not None else None,
         }

@@ -43,6 +43,7 @@ class TranscribeOptions:
     prompt: Optional[str] = None
     temperature: float = 0.0
     word_timestamps: bool = False
+    task: str = "transcribe"  # or "translate" (into English; multilingual Whisper only)
 
 
 @dataclass
@@ -60,6 +61,14 @@ class TranscriptionJob(Message):
     options: TranscribeOptions
 
 
+@dataclass(eq=False)
+class WindowStreamJob(Message):
+    """One audio whose windows are decoded one at a time, each sent as soon as it is done."""
+
+    audio: np.ndarray
+    options: TranscribeOptions
+
+
 def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     """Indices of a batch grouped by key (model, options), in arrival order: requests with
     different languages or options never share a forward pass."""
@@ -69,7 +78,7 @@ def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     return list(groups.values())
 
 
-class ASREngine(EngineThread[TranscriptionJob]):
+class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob]):
     """Owns one model. Create with `await ASREngine.start(model_id, model_dir, config)`."""
 
     kind = "asr"
@@ -97,15 +106,36 @@ class ASREngine(EngineThread[TranscriptionJob]):
                 f"Model '{self.model_id}' transcribes English only; language '{options.language}' is not supported.",
                 "language",
             )
+        if options.task == "translate" and not (self.is_whisper and self.multilingual):
+            raise invalid_request(
+                f"Model '{self.model_id}' is English-only and cannot translate: translations need a "
+                "multilingual Whisper model (e.g. mlx-community/whisper-tiny).",
+                "model",
+                "translation_unsupported",
+            )
 
     async def transcribe(self, audios: list[np.ndarray], options: TranscribeOptions) -> list[Transcript]:
         """Transcribe mono float32 audios at `sample_rate`, together, on the engine thread."""
         return await self.submit(TranscriptionJob(audios, options))
 
+    def transcribe_windows(self, audio: np.ndarray, options: TranscribeOptions):
+        """The segments of each VAD window of `audio` as it is decoded (the windows and text
+        of `transcribe`, one window per forward pass)."""
+        return self.stream(WindowStreamJob(audio, options), merge=lambda parts: [s for p in parts for s in p])
+
     # ------------------------------------------------------------------ engine thread
 
-    def _handle(self, message: TranscriptionJob) -> list[Transcript]:
+    def _handle(self, message: TranscriptionJob | WindowStreamJob) -> Optional[list[Transcript]]:
+        if isinstance(message, WindowStreamJob):
+            return self._stream_windows(message)
         return self._transcribe(message.audios, message.options)
+
+    def _stream_windows(self, job: WindowStreamJob) -> None:
+        chunks = [split_for_decoding(job.audio, self.sample_rate, VADConfig(max_chunk_s=self.config.max_chunk_s))]
+        for _, segments, _ in self._windows([job.audio], chunks, job.options, step=1):
+            if job.cancelled:
+                return
+            self._send(job, segments)
 
     def _load(self) -> None:
         from mlx_audio.stt.utils import load_model
@@ -147,10 +177,12 @@ class ASREngine(EngineThread[TranscriptionJob]):
     def _transcribe(self, audios: list[np.ndarray], options: TranscribeOptions) -> list[Transcript]:
         vad = VADConfig(max_chunk_s=self.config.max_chunk_s)
         chunks = [split_for_decoding(a, self.sample_rate, vad) for a in audios]
-        if self.is_whisper:
-            per_window, languages = self._whisper_windows(audios, chunks, options)
-        else:
-            per_window, languages = self._generic_windows(audios, chunks, options), [options.language] * len(audios)
+        per_window: list[list[list[Segment]]] = [[] for _ in audios]
+        languages = [self._language(options)] * len(audios)
+        for i, segments, language in self._windows(audios, chunks, options, self.config.max_windows_per_pass):
+            if languages[i] is None:  # detected: the first window speaks for the recording
+                languages[i] = language
+            per_window[i].append(segments)
         self.stats["batches"] += 1
         self.stats["requests"] += len(audios)
         return [
@@ -158,27 +190,37 @@ class ASREngine(EngineThread[TranscriptionJob]):
             for audio, windows, language in zip(audios, per_window, languages)
         ]
 
+    def _language(self, options: TranscribeOptions) -> Optional[str]:
+        """The language to decode in: asked for, else English for English-only Whisper, else
+        None (detected)."""
+        if options.language or not self.is_whisper:
+            return options.language
+        return None if self.multilingual else "en"
+
+    def _windows(self, audios, chunks, options: TranscribeOptions, step: int):
+        """(audio index, segments, language) for every window, in order, `step` windows per pass."""
+        if self.is_whisper:
+            yield from self._whisper_windows(audios, chunks, options, step)
+        else:
+            for i, segments in self._generic_windows(audios, chunks, options):
+                yield i, segments, options.language
+
     # ------------------------------------------------------------------ whisper: batched
 
-    def _whisper_windows(self, audios, chunks, options: TranscribeOptions):
-        """Segments per audio per window, and each audio's language (asked for or detected)."""
+    def _whisper_windows(self, audios, chunks, options: TranscribeOptions, step: int):
         import mlx.core as mx
         from mlx_audio.stt.models.whisper.decoding import DecodingOptions
 
         model = self._model
-        language = options.language or (None if self.multilingual else "en")
         decoding = DecodingOptions(
-            task="transcribe",
-            language=language,
+            task=options.task,
+            language=self._language(options),
             temperature=options.temperature,
             prompt=options.prompt or None,
             without_timestamps=False,
             fp16=model.dtype == mx.float16,
         )
         windows = [(i, c) for i, cs in enumerate(chunks) for c in cs]
-        out: list[list[list[Segment]]] = [[] for _ in audios]
-        languages: list[Optional[str]] = [language] * len(audios)
-        step = self.config.max_windows_per_pass
         for first in range(0, len(windows), step):
             group = windows[first : first + step]
             mels = mx.stack([self._mel(audios[i][c.start : c.end]) for i, c in group])
@@ -187,10 +229,7 @@ class ASREngine(EngineThread[TranscriptionJob]):
             self.stats["windows"] += len(group)
             self.stats["largest_pass"] = max(self.stats["largest_pass"], len(group))
             for (i, chunk), result, mel in zip(group, results, mels):
-                if languages[i] is None:  # detected: the first window speaks for the recording
-                    languages[i] = result.language
-                out[i].append(self._window_segments(chunk, result, mel, options))
-        return out, languages
+                yield i, self._window_segments(chunk, result, mel, options), result.language
 
     def _mel(self, samples: np.ndarray):
         import mlx.core as mx
@@ -249,11 +288,10 @@ class ASREngine(EngineThread[TranscriptionJob]):
 
     # ------------------------------------------------------------------ other models: per window
 
-    def _generic_windows(self, audios, chunks, options: TranscribeOptions) -> list[list[list[Segment]]]:
+    def _generic_windows(self, audios, chunks, options: TranscribeOptions):
+        """(audio index, segments) per window: these models decode one window per call."""
         kwargs = self._generate_kwargs(options)
-        out: list[list[list[Segment]]] = []
-        for audio, cs in zip(audios, chunks):
-            windows = []
+        for i, (audio, cs) in enumerate(zip(audios, chunks)):
             for chunk in cs:
                 result = self._model.generate(audio[chunk.start : chunk.end], **kwargs)
                 self.stats["forward_passes"] += 1
@@ -261,9 +299,7 @@ class ASREngine(EngineThread[TranscriptionJob]):
                 self.stats["largest_pass"] = max(self.stats["largest_pass"], 1)
                 text = (getattr(result, "text", None) or "").strip()
                 start_s, end_s = chunk.seconds(self.sample_rate)
-                windows.append([Segment(id=0, start=round(start_s, 3), end=round(end_s, 3), text=text)] if text else [])
-            out.append(windows)
-        return out
+                yield i, [Segment(id=0, start=round(start_s, 3), end=round(end_s, 3), text=text)] if text else []
 
     def _generate_kwargs(self, options: TranscribeOptions) -> dict[str, Any]:
         """Pass only the options this model's `generate` accepts."""

@@ -17,6 +17,7 @@ from deployments.ingress.middleware import (
 from deployments.ingress.routers import (
     audio_diarization,
     audio_speech,
+    audio_stream,
     audio_transcriptions,
     chat,
     completions,
@@ -25,6 +26,7 @@ from deployments.ingress.routers import (
     metrics,
     model_admin,
     models,
+    realtime,
     voices,
     ws_tts,
 )
@@ -40,9 +42,11 @@ ROUTERS = (
     metrics,
     audio_transcriptions,
     audio_diarization,
+    audio_stream,
     audio_speech,
     voices,
     ws_tts,
+    realtime,
     images,
 )
 

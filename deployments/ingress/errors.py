@@ -19,7 +19,7 @@ logger = logging.getLogger("ray.serve")
 
 
 def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code)
+    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
 
 
 def from_exception(exc: BaseException) -> APIError:
@@ -35,7 +35,13 @@ def from_exception(exc: BaseException) -> APIError:
         return unavailable(f"The model slot is overloaded or unavailable: {exc}")
     if isinstance(exc, (ray_exceptions.RayActorError, ray_exceptions.NodeDiedError)):
         # ActorDiedError, ActorUnavailableError: the replica's process or its whole node is gone.
-        return unavailable("A model replica died or its node was lost while serving the request; retry it")
+        # The code tells stateful callers (streaming sessions) that the replica's state is gone.
+        return APIError(
+            503,
+            "A model replica died or its node was lost while serving the request; retry it",
+            "service_unavailable",
+            code="replica_died",
+        )
     logger.exception("Unexpected error", exc_info=exc)
     return server_error(f"Internal error: {type(exc).__name__}: {exc}")
 

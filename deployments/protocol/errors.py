@@ -24,6 +24,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         param: Optional[str] = None,
         code: Optional[str] = None,
+        headers: Optional[dict[str, str]] = None,
     ):
         super().__init__(message)
         self.status_code = status_code
@@ -31,9 +32,10 @@ class APIError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        self.headers = headers or {}  # e.g. Retry-After on a 429
 
     def __reduce__(self):  # keep all fields when pickled through Ray
-        return (APIError, (self.status_code, self.message, self.type, self.param, self.code))
+        return (APIError, (self.status_code, self.message, self.type, self.param, self.code, self.headers))
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.param, self.code)

@@ -75,12 +75,21 @@ class TranscriptionParams(SpeakerOptions):
     temperature: float = Field(0.0, ge=0.0, le=1.0)
     timestamp_granularities: list[Granularity] = Field(default_factory=lambda: ["segment"])
     diarize: bool = False  # MiniInfer's ?diarize=1; diarized_json implies it
+    stream: bool = False  # SSE transcript.text.delta / transcript.text.done events
+    task: Literal["transcribe", "translate"] = "transcribe"  # set by the route, never by the client
 
     @field_validator("language", "prompt", "model")
     @classmethod
     def _blank_is_none(cls, value: Optional[str]) -> Optional[str]:
         value = value.strip() if isinstance(value, str) else value
         return value or None
+
+    @field_validator("stream")
+    @classmethod
+    def _stream_formats(cls, value: bool, info) -> bool:
+        if value and info.data.get("response_format") not in ("json", "text"):
+            raise ValueError("stream=true sends transcript.text events; response_format must be json or text")
+        return value
 
     @property
     def word_timestamps(self) -> bool:

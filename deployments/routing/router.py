@@ -27,7 +27,7 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from deployments.ray_internals import power_of_two_choices
+from deployments.ray_internals import fulfill_the_routed_request, power_of_two_choices
 from deployments.routing.affinity import (
     DEFAULT_MAX_IMBALANCE,
     PinTable,
@@ -113,6 +113,14 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             for r, q in await self._probe_queue_lens(missing, 0):
                 loads[r.replica_id.unique_id] = q
         return loads
+
+    def _fulfill_next_pending_request(self, replica: RunningReplica, request_metadata=None) -> None:
+        # A keyed request's replica belongs to that request, never to another one pending
+        # beside it (MultiplexMixin's FIFO matching would swap concurrent sessions).
+        if request_metadata is not None and request_metadata.session_id:
+            fulfill_the_routed_request(self, replica, request_metadata)
+        else:
+            super()._fulfill_next_pending_request(replica, request_metadata)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)

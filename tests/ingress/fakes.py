@@ -124,3 +124,60 @@ def transcript(text: str = "hello world") -> Callable[..., Transcript]:
         return Transcript.join([Segment(id=0, start=0.0, end=1.0, text=text)], "en", 1.0)
 
     return answer
+
+
+# ------------------------------------------------------------------ streaming sessions
+
+
+class LoudVAD:
+    """A stand-in for Silero's `feed`: speech where a 512-sample window is loud (|x| > 0.05)."""
+
+    async def feed(self, samples, state):
+        pending = np.concatenate([state if state is not None else np.zeros(0, np.float32), samples])
+        n = len(pending) // 512
+        windows = pending[: n * 512].reshape(n, 512) if n else np.zeros((0, 512))
+        return (np.abs(windows).max(axis=1) > 0.05).astype(float), pending[n * 512 :]
+
+
+class Engine:
+    model_id = "whisper-tiny.en"
+    sample_rate = 16000
+
+
+def pcm(seconds: float, loud: bool, rate: int = 16000) -> bytes:
+    return np.full(int(seconds * rate), 8000 if loud else 0, "<i2").tobytes()
+
+
+def session_host(**kwargs):
+    """A real SessionHost over the LoudVAD and a decoder that says how long each audio was;
+    the second value lists the decoded lengths (samples)."""
+    from deployments.asr.session_host import SessionHost
+
+    decoded: list[int] = []
+
+    async def decode(engine, options, samples):
+        decoded.append(len(samples))
+        return Transcript.join([Segment(0, 0.0, 0.0, f"utterance of {len(samples) / 16000:.2f} s")], "en", 0.0)
+
+    async def engine_for(model):
+        return Engine()
+
+    defaults = dict(max_sessions=4, idle_timeout_s=600, max_chunk_s=10, vad=LoudVAD())
+    return SessionHost("r1", decode, engine_for, **{**defaults, **kwargs}), decoded
+
+
+def streaming_asr(host) -> FakeClient:
+    """An ASR slot client whose session calls reach `host` (one replica)."""
+    from deployments.asr.engine import TranscribeOptions
+
+    return FakeClient(
+        stream_create=lambda language, overrides, model=None: host.create(
+            Engine(), TranscribeOptions(language), overrides
+        ),
+        stream_feed=lambda sid, pcm, finish=False, model=None: host.feed(sid, pcm, finish),
+        stream_commit=lambda sid, model=None: host.commit(sid),
+        stream_clear=lambda sid, model=None: host.clear(sid),
+        stream_state=lambda sid, model=None: host.state(sid),
+        stream_delete=lambda sid, model=None: host.delete(sid),
+        stream_sessions=lambda model=None: {"replica": "r1", **host.sessions()},
+    )

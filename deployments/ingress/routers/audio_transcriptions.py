@@ -6,6 +6,10 @@
 - the raw audio as the body (MiniInfer), parameters in the query string (`?diarize=1`);
 - JSON (OminiX-API): `{"file": "<base64>" | "/server/path", "model", "language", ...}`.
 
+`stream=true` (in any of the three) answers OpenAI's SSE events instead: a
+`transcript.text.delta` per decoded window, then `transcript.text.done` with the usage.
+POST /v1/audio/translations takes the same forms (multilingual Whisper only).
+
 The router only parses (and decodes the known speakers' short reference clips, so a bad one is
 a 400 here); decoding the upload, size limits, transcription and diarization happen in the ASR
 slot, and the transcript is rendered here in the requested response format.
@@ -28,18 +32,29 @@ from deployments.ingress.audio_params import (
     known_speakers,
     validated,
 )
+from deployments.ingress.responses import sse_response
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.transcription import TranscriptionParams
 
 router = APIRouter(tags=["audio"])
 
-_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature", "diarize", *SPEAKER_FIELDS)
+_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature", "stream", "diarize", *SPEAKER_FIELDS)
 _LIST_NAMES = ("timestamp_granularities", *SPEAKER_LISTS)
 
 
 @router.post("/v1/audio/transcriptions")
 async def create_transcription(request: Request, state: IngressState = Depends(ingress_state)):
+    return await _transcribe(request, state, "transcribe")
+
+
+@router.post("/v1/audio/translations")
+async def create_translation(request: Request, state: IngressState = Depends(ingress_state)):
+    """OpenAI's translations (speech in any language -> English text): multilingual Whisper only."""
+    return await _transcribe(request, state, "translate")
+
+
+async def _transcribe(request: Request, state: IngressState, task: str):
     asr = state.slot("asr")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     server_path: Optional[str] = None
@@ -56,7 +71,13 @@ async def create_transcription(request: Request, state: IngressState = Depends(i
                 "file",
             )
     params.check_diarization()
+    params = params.model_copy(update={"task": task})
     model = state.catalog.resolve("asr", params.model)
+    if params.stream:
+        if params.diarized:  # transcript.text.segment events are not built yet (docs/api/diarization.md)
+            raise invalid_request("stream=true cannot be combined with diarization yet.", "stream")
+        events = await asr.stream("transcribe_stream", params, audio, server_path, model=model)
+        return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
     if params.diarized:
         references = await known_speakers(params)
         params = params.model_copy(update={"known_speaker_references": []})  # decoded: sent once, as samples

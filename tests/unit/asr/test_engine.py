@@ -88,3 +88,22 @@ def test_is_a_slot_engine_and_healthy(tiny_engine):
     assert isinstance(tiny_engine, SlotEngine)
     tiny_engine.check_health()
     assert not tiny_engine.closed and tiny_engine.pending() == 0
+
+
+async def test_window_stream_gives_the_segments_of_transcribe(tiny_engine):
+    """Long audio (several 30 s windows): streamed window by window, the same segments and text."""
+    long = np.concatenate([speak("A longer sentence about the weather today."), silence(1.0)] * 14)
+    (whole,) = await tiny_engine.transcribe([long], TranscribeOptions())
+    before = dict(tiny_engine.stats)
+    streamed = [segments async for segments in tiny_engine.transcribe_windows(long, TranscribeOptions())]
+    windows = tiny_engine.stats["windows"] - before["windows"]
+    assert windows >= 2 and tiny_engine.stats["forward_passes"] - before["forward_passes"] == windows  # one by one
+    flat = [s for part in streamed for s in part]
+    assert [s.tokens for s in flat] == [s.tokens for s in whole.segments]
+    assert " ".join(s.text.strip() for s in flat if s.text.strip()) == whole.text
+
+
+async def test_english_only_model_cannot_translate(tiny_engine):
+    with pytest.raises(APIError) as info:
+        tiny_engine.check_options(TranscribeOptions(task="translate"))
+    assert info.value.status_code == 400 and "English-only" in info.value.message

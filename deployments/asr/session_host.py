@@ -1,0 +1,198 @@
+"""The streaming sessions an ASR replica holds: chunks in, Silero VAD, decodes out.
+
+A session lives in the replica that created it; its id is `replica_key(replica id, token)`, so
+the strict `SessionAffinityRouter` sends each of its requests back here (docs/routing.md). A sid
+that names another replica reached this one only because that replica is gone: the session was
+lost (410), never silently restarted. A sid naming this replica that is not in the table ended,
+was reclaimed or never existed (404).
+
+Pauses are found with the Silero VAD MLX port (deployments/audio_models/silero_vad.py): its
+`feed()` carries its LSTM state from chunk to chunk and costs milliseconds per chunk, and unlike
+the energy VAD of whole files (relative to the loudest frame of the file, which a stream does
+not know yet) it needs no look-ahead. It runs on its own single thread, never on the asyncio
+loop and never queued behind Whisper on the engine thread.
+
+Every decode (partials and finals) goes through `decode(engine, options, samples)`: the same
+batched path as POST /v1/audio/transcriptions, so a finalised utterance reads exactly as that
+utterance sent as a file, and concurrent sessions share Whisper forward passes.
+
+Ray-free: the deployment passes in its replica id and its decode and engine lookups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from deployments.asr.engine import TranscribeOptions
+from deployments.asr.streaming import (
+    RATE,
+    Cut,
+    SessionTable,
+    StreamConfig,
+    StreamSession,
+    pcm16_samples,
+    session_lost,
+    session_not_found,
+)
+from deployments.audio.resample import resample
+from deployments.routing.affinity import owner_of, replica_key
+
+logger = logging.getLogger("ray.serve")
+
+Decode = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[Any]]  # -> Transcript
+EngineFor = Callable[[str], Awaitable[Any]]
+
+
+@dataclass
+class LiveSession:
+    session: StreamSession
+    options: TranscribeOptions
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SileroStream:
+    """Silero's streaming `feed`, on one thread of its own (MLX state is per thread)."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="silero-vad")
+
+    async def feed(self, samples: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, _silero_feed, samples, state)
+
+
+def _silero_feed(samples: np.ndarray, state: Any):
+    from deployments.audio_models.silero_vad import default_vad
+
+    return default_vad().feed(samples, state)
+
+
+class SessionHost:
+    def __init__(
+        self,
+        replica_id: str,
+        decode: Decode,
+        engine_for: EngineFor,
+        max_sessions: int,
+        idle_timeout_s: float,
+        max_chunk_s: float,
+        defaults: StreamConfig = StreamConfig(),
+        vad: Any = None,
+    ):
+        self.replica_id = replica_id
+        self._decode = decode
+        self._engine_for = engine_for
+        self.defaults = defaults
+        self.max_chunk_bytes = int(max_chunk_s * RATE) * 2
+        self.vad = vad or SileroStream()
+        self.table = SessionTable(max_sessions, idle_timeout_s, lambda token: replica_key(replica_id, token))
+        self._live: dict[str, LiveSession] = {}
+        self.stats = {"created": 0, "finished": 0, "reclaimed": 0, "partials": 0, "finals": 0}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def create(self, engine: Any, options: TranscribeOptions, overrides: Optional[dict] = None) -> dict:
+        config = StreamConfig(**{**self.defaults.__dict__, **(overrides or {})})
+        self.reclaim()
+        session = self.table.create(engine.model_id, config)
+        self._live[session.sid] = LiveSession(session, options)
+        self.stats["created"] += 1
+        return {"sid": session.sid, "model": engine.model_id, "sample_rate": RATE}
+
+    def _get(self, sid: str) -> LiveSession:
+        self.reclaim()
+        live = self._live.get(sid)
+        if live is None:
+            raise session_lost(sid) if owner_of(sid) not in (None, self.replica_id) else session_not_found(sid)
+        return live
+
+    def reclaim(self) -> None:
+        for sid in self.table.reclaim():
+            self._live.pop(sid, None)
+            self.stats["reclaimed"] += 1
+            logger.info("Streaming session %s reclaimed after %.0f s idle", sid, self.table.idle_timeout_s)
+
+    def delete(self, sid: str) -> dict:
+        live = self._get(sid)
+        self._end(live)
+        return {"sid": sid, "deleted": True}
+
+    def _end(self, live: LiveSession) -> None:
+        self.table.remove(live.session.sid)
+        self._live.pop(live.session.sid, None)
+        self.stats["finished"] += 1
+
+    def sessions(self) -> dict:
+        self.reclaim()
+        return {"live": len(self.table), "sessions": [s.summary() for s in self.table]}
+
+    def state(self, sid: str) -> dict:
+        return self._get(sid).session.state()
+
+    # ------------------------------------------------------------------ audio
+
+    async def feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
+        """A chunk (possibly empty with finish): the session's state after it, with the events
+        it caused (`speech_started`/`speech_stopped` in stream seconds, `finalised` utterances
+        with their text, start and end, empty texts included)."""
+        live = self._get(sid)
+        samples = pcm16_samples(pcm, self.max_chunk_bytes) if (pcm or not finish) else np.zeros(0, np.float32)
+        async with live.lock:
+            session = live.session
+            session.touch()
+            events: dict[str, list] = {"speech_started": [], "speech_stopped": [], "finalised": []}
+            if len(samples):
+                probs, session.vad_state = await self.vad.feed(samples, session.vad_state)
+                result = session.feed(samples, probs)
+                events["speech_started"] = [round(x / RATE, 3) for x in result.speech_started]
+                events["speech_stopped"] = [round(x / RATE, 3) for x in result.speech_stopped]
+                cuts, partial_due = result.cuts, result.partial_due
+            else:
+                cuts, partial_due = [], False
+            if finish:
+                cut = session.commit()
+                cuts = cuts + ([cut] if cut is not None else [])
+                partial_due = False
+            for cut in cuts:
+                events["finalised"].append(await self._finalise(live, cut))
+            if partial_due:
+                session.set_partial((await self._transcribe(live, session.buffer)).text)
+                self.stats["partials"] += 1
+            answer = {**session.state(utterance_final=bool(cuts), final=finish), **events}
+            if finish:
+                self._end(live)
+            return answer
+
+    async def commit(self, sid: str) -> dict:
+        """End the open utterance now (Realtime manual commit); `committed` is the finalised
+        utterance (text, start, end), None if nothing was buffered."""
+        live = self._get(sid)
+        async with live.lock:
+            cut = live.session.commit()
+            committed = await self._finalise(live, cut) if cut is not None else None
+            return {**live.session.state(utterance_final=cut is not None), "committed": committed}
+
+    async def clear(self, sid: str) -> dict:
+        live = self._get(sid)
+        async with live.lock:
+            live.session.clear()
+            return live.session.state()
+
+    async def _finalise(self, live: LiveSession, cut: Cut) -> dict:
+        text = (await self._transcribe(live, cut.audio)).text.strip()
+        live.session.finalised(cut, text)
+        self.stats["finals"] += 1
+        return {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
+
+    async def _transcribe(self, live: LiveSession, samples: np.ndarray):
+        engine = await self._engine_for(live.session.model)
+        if engine.sample_rate != RATE:
+            samples = resample(samples, RATE, engine.sample_rate)
+        return await self._decode(engine, live.options, samples)

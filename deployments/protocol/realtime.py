@@ -1,0 +1,162 @@
+"""OpenAI's Realtime API for transcription (`/v1/realtime?intent=transcription`), GA event names
+as the openai SDK 3.x types them: the session configuration a client may set, the server events,
+and the audio framing. Ray-free and MLX-free; the WebSocket itself is
+deployments/ingress/routers/realtime.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+import numpy as np
+
+from deployments.audio.resample import resample
+
+RATES = (24000, 16000)  # audio/pcm input rates accepted (24 kHz is OpenAI's)
+SESSION_RATE = 16000  # what the ASR session takes
+
+
+class RealtimeError(Exception):
+    """Reported as an `error` event; the connection stays open."""
+
+    def __init__(self, message: str, param: Optional[str] = None, code: str = "invalid_value"):
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """server_vad's settings (OpenAI's defaults)."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+
+    def stream_overrides(self) -> dict:
+        """The ASR session's StreamConfig fields these set."""
+        return {
+            "threshold": self.threshold,
+            "preroll_s": self.prefix_padding_ms / 1000,
+            "pause_s": self.silence_duration_ms / 1000,
+            "auto_finalize": True,
+        }
+
+
+@dataclass(frozen=True)
+class TranscriptionSession:
+    rate: int = 24000
+    model: Optional[str] = None
+    language: Optional[str] = None
+    prompt: Optional[str] = None
+    turn_detection: Optional[TurnDetection] = TurnDetection()  # None: manual commits
+
+    def stream_overrides(self) -> dict:
+        if self.turn_detection is None:
+            return {"auto_finalize": False}
+        return self.turn_detection.stream_overrides()
+
+    def as_event_session(self, session_id: str) -> dict:
+        """The `session` object of session.created / session.updated."""
+        turn = None
+        if self.turn_detection is not None:
+            turn = {"type": "server_vad", **self.turn_detection.__dict__}
+        return {
+            "type": "transcription",
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": self.rate},
+                    "transcription": {"model": self.model, "language": self.language, "prompt": self.prompt},
+                    "turn_detection": turn,
+                }
+            },
+        }
+
+    def updated(self, session: Any) -> TranscriptionSession:
+        """This configuration with a session.update's `session` applied (all or nothing)."""
+        if not isinstance(session, dict):
+            raise RealtimeError("session.update needs a `session` object", "session")
+        if session.get("type", "transcription") != "transcription":
+            raise RealtimeError("This endpoint serves transcription sessions only", "session.type")
+        audio_input = _object(_object(session, "audio", "session.audio"), "input", "session.audio.input")
+        new = self
+        if "format" in audio_input:
+            fmt = _object(audio_input, "format", "session.audio.input.format")
+            if fmt.get("type", "audio/pcm") != "audio/pcm":
+                raise RealtimeError("Only audio/pcm input is supported", "session.audio.input.format.type")
+            rate = fmt.get("rate", 24000)
+            if rate not in RATES:
+                raise RealtimeError(f"audio/pcm rate must be one of {RATES}", "session.audio.input.format.rate")
+            new = replace(new, rate=rate)
+        if "transcription" in audio_input:
+            t = _object(audio_input, "transcription", "session.audio.input.transcription")
+            fields = {k: t.get(k) for k in ("model", "language", "prompt")}
+            for k, v in fields.items():
+                if v is not None and not isinstance(v, str):
+                    raise RealtimeError(f"transcription.{k} must be a string", f"session.audio.input.transcription.{k}")
+            new = replace(new, **{k: v or None for k, v in fields.items()})
+        if "turn_detection" in audio_input:
+            new = replace(new, turn_detection=_turn_detection(audio_input["turn_detection"]))
+        return new
+
+
+def _object(parent: dict, key: str, name: str) -> dict:
+    value = parent.get(key, {})
+    if not isinstance(value, dict):
+        raise RealtimeError(f"`{name}` must be an object", name)
+    return value
+
+
+def _turn_detection(value: Any) -> Optional[TurnDetection]:
+    param = "session.audio.input.turn_detection"
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "server_vad":
+        raise RealtimeError("turn_detection must be null (manual commits) or {type: server_vad, ...}", param)
+    t = TurnDetection()
+    threshold = value.get("threshold", t.threshold)
+    padding = value.get("prefix_padding_ms", t.prefix_padding_ms)
+    silence = value.get("silence_duration_ms", t.silence_duration_ms)
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 < threshold < 1:
+        raise RealtimeError("threshold must be a number between 0 and 1", f"{param}.threshold")
+    for name, v, hi in (("prefix_padding_ms", padding, 5000), ("silence_duration_ms", silence, 10000)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= hi:
+            raise RealtimeError(f"{name} must be an integer from 0 to {hi}", f"{param}.{name}")
+    if silence < 32:
+        raise RealtimeError("silence_duration_ms must be at least 32 (one VAD window)", f"{param}.silence_duration_ms")
+    return TurnDetection(float(threshold), padding, silence)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def event(type: str, **fields: Any) -> dict:
+    return {"type": type, "event_id": new_id("event"), **fields}
+
+
+def error_event(message: str, param: Optional[str] = None, code: str = "invalid_value", event_id=None) -> dict:
+    error = {"type": "invalid_request_error", "code": code, "message": message, "param": param, "event_id": event_id}
+    return event("error", error=error)
+
+
+def session_pcm(audio: Any, rate: int) -> bytes:
+    """An append's base64 PCM16 at `rate` as PCM16 at the session's 16 kHz."""
+    if not isinstance(audio, str) or not audio:
+        raise RealtimeError("input_audio_buffer.append needs `audio`: base64 PCM16", "audio")
+    try:
+        raw = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise RealtimeError("`audio` is not valid base64", "audio") from None
+    if len(raw) % 2:
+        raise RealtimeError("`audio` has an odd number of bytes: PCM16 samples are 2 bytes each", "audio")
+    if rate == SESSION_RATE:
+        return raw
+    samples = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+    out = resample(samples, rate, SESSION_RATE)
+    return np.clip(np.round(out * 32768), -32768, 32767).astype("<i2").tobytes()

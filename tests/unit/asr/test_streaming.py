@@ -1,0 +1,152 @@
+"""The streaming session state machine (deployments/asr/streaming.py) and the replica's session
+host (deployments/asr/session_host.py) with scripted speech probabilities and a recording
+decoder: when partials are due, pauses finalise, 30 s cuts, caps, idle reclaim, lost sessions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from deployments.asr.engine import TranscribeOptions
+from deployments.asr.streaming import RATE, VAD_WINDOW, SessionTable, StreamConfig, StreamSession, pcm16_samples
+from deployments.protocol.errors import APIError
+from deployments.routing.affinity import replica_key
+from tests.ingress.fakes import Engine, pcm, session_host
+
+W = VAD_WINDOW
+
+
+def chunk(windows: int) -> np.ndarray:
+    return np.full(windows * W, 0.1, np.float32)
+
+
+def probs(pattern: str) -> np.ndarray:
+    """'s' speech window, '.' silence window."""
+    return np.array([0.9 if c == "s" else 0.05 for c in pattern])
+
+
+def feed(session: StreamSession, pattern: str):
+    return session.feed(chunk(len(pattern)), probs(pattern))
+
+
+def test_pcm16_is_checked_and_scaled():
+    assert pcm16_samples(np.array([0, 16384, -32768], "<i2").tobytes(), 100).tolist() == [0.0, 0.5, -1.0]
+    for body, code in ((b"", "invalid_pcm"), (b"\x00" * 3, "invalid_pcm"), (b"\x00" * 102, "chunk_too_large")):
+        with pytest.raises(APIError) as e:
+            pcm16_samples(body, 100)
+        assert e.value.status_code == 400 and e.value.code == code
+
+
+def test_silence_keeps_only_the_preroll_and_asks_for_nothing():
+    s = StreamSession("sid", None, StreamConfig())
+    r = feed(s, "." * 100)  # 3.2 s of silence
+    assert not r.cuts and not r.partial_due and not s.speech
+    assert s.buffer_s == pytest.approx(0.3, abs=0.001) and s.start == 100 * W - int(0.3 * RATE)
+
+
+def test_partials_at_most_once_per_half_second_of_new_audio():
+    s = StreamSession("sid", None, StreamConfig())
+    due = []
+    for _ in range(12):  # 8 windows = 0.256 s per chunk
+        due.append(feed(s, "s" * 8).partial_due)
+        if due[-1]:
+            s.set_partial("hello")
+    # 0.256 s -> not due; 0.512 s -> due; then every second chunk
+    assert due == [False, True] * 6
+    assert s.partial == "hello"
+
+
+def test_a_pause_of_0_7_s_finalises_the_utterance():
+    s = StreamSession("sid", None, StreamConfig())
+    r = feed(s, "s" * 40 + "." * 21)  # 0.672 s of silence: not yet
+    assert not r.cuts and r.speech_started == [0]
+    r = feed(s, ".")  # 22 windows = 0.704 s
+    assert len(r.cuts) == 1 and r.speech_stopped == [40 * W]
+    cut = r.cuts[0]
+    assert cut.start == 0 and cut.end == 62 * W and not cut.forced
+    s.finalised(cut, " Hello there. ")
+    assert s.text == "Hello there." and s.utterances[0].as_dict() == {
+        "start": 0.0,
+        "end": 1.984,
+        "text": "Hello there.",
+    }
+    assert not s.speech and s.partial == ""
+    r = feed(s, "s" * 10 + "." * 25)
+    assert len(r.cuts) == 1 and r.cuts[0].start == 62 * W
+    s.finalised(r.cuts[0], "Again.")
+    assert s.text == "Hello there. Again."
+
+
+def test_between_the_thresholds_speech_goes_on():
+    s = StreamSession("sid", None, StreamConfig())
+    s.feed(chunk(40), np.array([0.9] * 10 + [0.4] * 30))  # 0.4: above 0.35, below 0.5
+    assert s.speech and not s.feed(chunk(1), np.array([0.4])).cuts
+
+
+def test_an_utterance_is_cut_at_30_s():
+    s = StreamSession("sid", None, StreamConfig())
+    n = int(31 * RATE / W) + 1
+    r = feed(s, "s" * n)
+    assert len(r.cuts) == 1 and r.cuts[0].forced and len(r.cuts[0].audio) == 30 * RATE
+    assert s.speech  # still speaking after the cut
+
+
+def test_commit_and_manual_turns():
+    s = StreamSession("sid", None, StreamConfig(auto_finalize=False))
+    r = feed(s, "s" * 20 + "." * 60)  # a long pause: no server VAD, no cut, nothing trimmed
+    assert not r.cuts and s.buffer_s == pytest.approx(80 * W / RATE, abs=0.001)
+    cut = s.commit()
+    assert cut is not None and len(cut.audio) == 80 * W and s.buffer_s == 0
+    assert s.commit() is None
+    auto = StreamSession("sid", None, StreamConfig())
+    feed(auto, "." * 10)
+    assert auto.commit() is None  # nothing but silence to finish
+
+
+def test_table_caps_reclaims_and_names_the_replica():
+    now = [0.0]
+    table = SessionTable(2, 600, lambda token: replica_key("r1", token))
+    a = table.create(None, StreamConfig(), clock=lambda: now[0])
+    table.create(None, StreamConfig(), clock=lambda: now[0])
+    with pytest.raises(APIError) as e:
+        table.create(None, StreamConfig())
+    assert e.value.status_code == 429 and e.value.headers["Retry-After"]
+    assert a.sid.startswith("@r1/")
+    now[0] = 601
+    assert len(table.reclaim()) == 2 and table.get(a.sid) is None
+
+
+def test_host_feeds_finalises_and_finishes():
+    async def run():
+        h, decoded = session_host()
+        sid = (await h.create(Engine(), TranscribeOptions()))["sid"]
+        answers = [await h.feed(sid, pcm(0.3, True)) for _ in range(4)]
+        assert [a["partial"] != "" for a in answers] == [False, True, True, True]  # kept until refreshed
+        assert [a["buffer_s"] for a in answers] == [0.3, 0.6, 0.9, 1.2]
+        pause = await h.feed(sid, pcm(1.0, False))
+        assert pause["utterance_final"] and pause["text"].startswith("utterance of") and pause["partial"] == ""
+        assert pause["segments"][0]["start"] == 0.0 and pause["speech_stopped"]
+        await h.feed(sid, pcm(0.1, True))  # with the pre-roll, under 0.5 s new: no partial
+        done = await h.feed(sid, b"", finish=True)
+        assert done["final"] and len(done["segments"]) == 2
+        with pytest.raises(APIError) as e:
+            await h.feed(sid, pcm(0.5, True))
+        assert e.value.status_code == 404
+        return decoded
+
+    decoded = asyncio.run(run())
+    assert len(decoded) == 4  # two partials, two finals
+
+
+def test_host_tells_a_lost_session_from_an_unknown_one():
+    async def run():
+        h, _ = session_host()
+        for sid, status in ((replica_key("r1", "nope"), 404), (replica_key("dead-replica", "x"), 410)):
+            with pytest.raises(APIError) as e:
+                await h.feed(sid, pcm(0.5, True))
+            assert e.value.status_code == status, sid
+            assert ("lost" in e.value.message) == (status == 410)
+
+    asyncio.run(run())
