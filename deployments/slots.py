@@ -22,6 +22,8 @@ from deployments.asr.config import ASRSlotConfig
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID, ensure_whisper_tiny_en
 from deployments.control.policy import SlotModelsConfig
+from deployments.embeddings.config import EmbeddingsSlotConfig
+from deployments.embeddings.minilm import MINILM_ID, ensure_minilm
 from deployments.image.config import ImageSlotConfig
 from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
 from deployments.llm.config import LLMSlotConfig
@@ -169,6 +171,24 @@ SLOTS: dict[str, Slot] = {
                 "mflux",
                 "Image generation (FLUX.2-klein via mflux)",
                 ("text_to_image", "image_to_image", "quantization"),
+            ),
+        ),
+        Slot(
+            name="embeddings",
+            deployment_name="Embeddings",
+            deployment="deployments.embeddings.deployment:EmbeddingsSlot",
+            config=EmbeddingsSlotConfig,
+            builtins={MINILM_ID: ensure_minilm},
+            # The logical CPU budget is spent by the four slots above at their max_replicas;
+            # memory is what limits these replicas (docs/resources.md).
+            replica_resources=reserve(0, 512),
+            real_model_hint="the built-in ominix-all-minilm-l6-v2 (the default)",
+            routes=(Route("/v1/embeddings", 10 * MiB, 120.0),),
+            engine=Engine(
+                "mlx-embeddings",
+                "mlx-embeddings",
+                "Text embeddings (mlx-embeddings: BERT-style sentence-transformers, Qwen3-Embedding, ...)",
+                ("embeddings", "batching", "base64", "matryoshka"),
             ),
         ),
     )

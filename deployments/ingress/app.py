@@ -19,6 +19,7 @@ from deployments.ingress.routers import (
     audio_transcriptions,
     chat,
     completions,
+    embeddings,
     health,
     images,
     metrics,
@@ -42,6 +43,7 @@ ROUTERS = (
     voices,
     ws_tts,
     images,
+    embeddings,
 )
 
 
