@@ -33,6 +33,8 @@ from deployments.resources import reserve
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.kokoro import KOKORO_TTS_ID, ensure_kokoro
 from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
+from deployments.vlm.config import VLMSlotConfig
+from deployments.vlm.tiny_model import TINY_VLM_ID, ensure_tiny_vlm
 
 MiB = 1024 * 1024
 
@@ -189,6 +191,24 @@ SLOTS: dict[str, Slot] = {
                 "mlx-embeddings",
                 "Text embeddings (mlx-embeddings: BERT-style sentence-transformers, Qwen3-Embedding, ...)",
                 ("embeddings", "batching", "base64", "matryoshka"),
+            ),
+        ),
+        Slot(
+            name="vlm",
+            deployment_name="VLM",
+            deployment="deployments.vlm.deployment:VLMSlot",
+            config=VLMSlotConfig,
+            builtins={TINY_VLM_ID: ensure_tiny_vlm},
+            random_builtins=frozenset({TINY_VLM_ID}),
+            replica_resources=reserve(0, 512),  # as the embeddings slot: memory limits these
+            real_model_hint="VLM_MODEL=mlx-community/Qwen2.5-VL-3B-Instruct-4bit (needs network once)",
+            # Chat with images arrives on the LLM slot's /v1/chat/completions (its body cap).
+            routes=(Route("/v1/vlm/completions", 20 * MiB, 300.0),),
+            engine=Engine(
+                "mlx-vlm",
+                "mlx-vlm",
+                "Vision-language chat (mlx-vlm: Qwen2-VL, Qwen2.5-VL, SmolVLM, ...)",
+                ("vision", "chat", "streaming", "multiplexing"),
             ),
         ),
     )

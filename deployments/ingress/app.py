@@ -26,6 +26,7 @@ from deployments.ingress.routers import (
     model_admin,
     models,
     voices,
+    vlm,
     ws_tts,
 )
 from deployments.ingress.state import IngressState
@@ -44,6 +45,7 @@ ROUTERS = (
     ws_tts,
     images,
     embeddings,
+    vlm,
 )
 
 

@@ -10,7 +10,7 @@ from bench.shipped import shipped_app
 from deployments.resources import MiB, reserve
 
 CPU_BUDGET = 1.0  # half of the 2-core CI box: the rest is for apps deployed next to the graph
-SLOTS = ("LLM", "ASR", "TTS", "Image")  # deployment names
+SLOTS = ("LLM", "ASR", "TTS", "Image", "Embeddings", "VLM")  # deployment names
 
 
 def most_replicas(options: dict) -> int:
@@ -49,7 +49,7 @@ def test_the_deployments_defaults_match_the_config(name, module, cls):
     assert {k: deployment.ray_actor_options.get(k) for k in KEYS} == {k: shipped[k] for k in KEYS}
 
 
-@pytest.mark.parametrize("name", ["llm", "asr", "tts", "image"])
+@pytest.mark.parametrize("name", ["llm", "asr", "tts", "image", "embeddings", "vlm"])
 def test_each_slots_registry_resources_match_the_config(name):
     from deployments.slots import SLOTS
     from graphs.omni import slot_options
