@@ -25,8 +25,8 @@ from deployments.ingress.routers import (
     metrics,
     model_admin,
     models,
-    voices,
     vlm,
+    voices,
     ws_tts,
 )
 from deployments.ingress.state import IngressState
