@@ -15,11 +15,12 @@ from typing import Any
 
 from ray import serve
 
+from deployments.llm.engine import SamplingParams
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, ChatMessage, ImagePart
 from deployments.slot_replica import SlotReplica
-from deployments.vlm.engine import VLMEngine, VLMSampling
+from deployments.vlm.engine import VLMEngine
 from deployments.vlm.metrics import VLMMetrics
 
 
@@ -34,24 +35,14 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
     return {"role": role, "content": parts}
 
 
-def sampling(request: ChatCompletionRequest, max_tokens: int) -> VLMSampling:
+def sampling(request: ChatCompletionRequest, max_tokens: int) -> SamplingParams:
+    """The LLM slot's sampling options (temperature 1.0 unless asked, as OpenAI), less what
+    mlx-vlm's generation cannot do here."""
     if request.template_tools():
         raise invalid_request("tools are not supported by the VLM slot", "tools")
     if request.ignore_eos:
         raise invalid_request("ignore_eos is not supported by the VLM slot", "ignore_eos")
-    return VLMSampling(
-        max_tokens=max_tokens,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        top_k=request.top_k or 0,
-        min_p=request.min_p or 0.0,
-        repetition_penalty=request.repetition_penalty,
-        presence_penalty=request.presence_penalty,
-        frequency_penalty=request.frequency_penalty,
-        logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()} or None,
-        seed=request.seed,
-        stop=request.stop_list(),
-    )
+    return SamplingParams.from_request(request, max_tokens, {})
 
 
 @serve.deployment

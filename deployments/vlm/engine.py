@@ -21,12 +21,13 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 from typing import Any, Optional
 
 from deployments.engine_thread import EngineThread, Message
+from deployments.llm.engine import SamplingParams
 from deployments.llm.output import OutputParser
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import UsageInfo
@@ -34,37 +35,24 @@ from deployments.protocol.openai import UsageInfo
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class VLMSampling:
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    logit_bias: Optional[dict[int, float]] = None
-    seed: Optional[int] = None
-    stop: list[str] = field(default_factory=list)
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        kwargs = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p}
-        if self.top_k:
-            kwargs["top_k"] = self.top_k
-        if self.min_p:
-            kwargs["min_p"] = self.min_p
-        for name in ("repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"):
-            if getattr(self, name) is not None:
-                kwargs[name] = getattr(self, name)
-        return kwargs
+def generate_kwargs(params: SamplingParams) -> dict[str, Any]:
+    """The sampling options as mlx-vlm's generate_step takes them (the same as the LLM's)."""
+    kwargs: dict[str, Any] = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
+    if params.top_k:
+        kwargs["top_k"] = params.top_k
+    if params.min_p:
+        kwargs["min_p"] = params.min_p
+    for name in ("repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"):
+        if getattr(params, name) is not None:
+            kwargs[name] = getattr(params, name)
+    return kwargs
 
 
 @dataclass(eq=False)
 class VLMJob(Message):
     messages: list[dict[str, Any]]  # role + content: a string, or text and {"type": "image"} parts
     images: list[bytes]
-    sampling: VLMSampling
+    sampling: SamplingParams
 
 
 class VLMEngine(EngineThread[VLMJob]):
@@ -83,7 +71,7 @@ class VLMEngine(EngineThread[VLMJob]):
     # ------------------------------------------------------------------ asyncio side
 
     def generate(
-        self, messages: list[dict[str, Any]], images: list[bytes], sampling: VLMSampling
+        self, messages: list[dict[str, Any]], images: list[bytes], sampling: SamplingParams
     ) -> AsyncIterator[GenerationChunk]:
         """Stream the generation; closing the iterator early stops it after the current token."""
         return self.stream(
@@ -125,7 +113,7 @@ class VLMEngine(EngineThread[VLMJob]):
         parser = OutputParser(stop=job.sampling.stop)
         last, stopped = None, False
         for result in stream_generate(
-            self._model, self._processor, prompt, image=images or None, **job.sampling.generate_kwargs()
+            self._model, self._processor, prompt, image=images or None, **generate_kwargs(job.sampling)
         ):
             last = result
             parsed = parser.feed(result.text)

@@ -8,7 +8,8 @@ import io
 import pytest
 from PIL import Image
 
-from deployments.vlm.engine import VLMEngine, VLMSampling
+from deployments.llm.engine import SamplingParams
+from deployments.vlm.engine import VLMEngine
 from deployments.vlm.tiny_model import TINY_VLM_ID, ensure_tiny_vlm
 
 
@@ -30,7 +31,12 @@ def user(*parts) -> list[dict]:
 
 
 async def run(engine, messages, images, **sampling):
-    chunks = [c async for c in engine.generate(messages, images, VLMSampling(**{"max_tokens": 6, **sampling}))]
+    chunks = [
+        c
+        async for c in engine.generate(
+            messages, images, SamplingParams(**{"max_tokens": 6, "temperature": 0.0, **sampling})
+        )
+    ]
     return "".join(c.content for c in chunks), chunks[-1]
 
 
@@ -57,7 +63,7 @@ async def test_greedy_output_is_deterministic_and_a_stop_string_ends_it(engine):
 
 async def test_leaving_the_stream_aborts_the_generation(engine):
     before = engine.stats["aborted"]
-    stream = engine.generate(user({"type": "image"}), [png(56, 56)], VLMSampling(max_tokens=200))
+    stream = engine.generate(user({"type": "image"}), [png(56, 56)], SamplingParams(max_tokens=200))
     async for _ in stream:
         break
     await stream.aclose()
