@@ -167,9 +167,14 @@ class ImageServer(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # the client hanging up on /big is the point
+        pass
+
+
 @pytest.fixture
 def image_host():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ImageServer)
+    server = QuietServer(("127.0.0.1", 0), ImageServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -219,3 +224,15 @@ async def test_bad_vlm_completions_are_4xx_naming_the_field(make_client, body, p
     assert r.status_code in (400, 404), r.text
     assert_openai_error(r, r.status_code, param=param)
     assert not slots["vlm"].calls
+
+
+async def test_with_the_vlm_slot_off_image_chat_says_no_vision_model_is_served(make_client, tmp_path):
+    slots = default_slots()
+    config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path), vlm={"enabled": False}), environ={})
+    app = create_app(ingress_state(config, slots))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        r = await http.post("/v1/chat/completions", json=chat(VLM, data_url(png())))
+        error = assert_openai_error(r, 400, param="messages", code="image_input_unsupported")
+        assert "no vision model is served" in error["message"]
+        off = await http.post("/v1/vlm/completions", json={"image": "aGk=", "prompt": "x"})
+        assert_openai_error(off, 404, code="slot_disabled")
