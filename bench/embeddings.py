@@ -4,7 +4,8 @@ time (embeddings.max_batch_size 1), and with the same model called in process (t
 engine embeds `clients` inputs per forward pass, no HTTP, no Serve).
 
 Each client sends single-sentence requests back to back (the openai SDK's shape, float
-vectors). The vectors must agree across the three systems within float tolerance, else the
+vectors); the three systems are interleaved, their order rotating each round, and each figure
+is the median over rounds. The vectors must agree across the three systems within float tolerance, else the
 scenario fails: batching may not change an embedding.
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from bench.cluster import BenchCluster, wait_ready
 from bench.report import pyplot, table
-from bench.stats import ratio
+from bench.stats import median_over_repeats, ratio
 
 SENTENCES = (
     "How do I bake bread at home?",
@@ -69,9 +70,11 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
     model = EmbeddingsSlotConfig().default_model
     levels = [1, 8] if opts.smoke else [1, 8, 32]
     per_client = 2 if opts.smoke else 8 if opts.preset == "quick" else 24
+    rounds = 1 if opts.smoke else 3
     sizes = {"batched": 32, "one_at_a_time": 1}
     urls, seen = {}, {system: {} for system in SYSTEMS}
-    results: dict = {system: {} for system in SYSTEMS}
+    measured: dict = {system: {c: [] for c in levels} for system in SYSTEMS}
+    engine = None
     try:
         for system, size in sizes.items():
             args = {"enabled": True, "default_model": model, "max_batch_size": size}
@@ -80,40 +83,44 @@ async def run(cluster: BenchCluster, cache_dir: Path, work: Path, opts, progress
             )
             await wait_ready(urls[system])
             progress(f"embeddings: {system} is up")
+        engine = await EmbeddingsEngine.start(model, ensure_minilm(cache_dir))
+        tokens = engine.tokenize(list(SENTENCES))
         async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
-            for system, url in urls.items():
-                await graph_round(http, url, 1, 2, {})  # warm-up
+
+            async def measure(system: str, clients: int) -> dict:
+                if system == "in_process":
+                    return await in_process_round(engine, tokens, clients, per_client, seen[system])
+                return await graph_round(http, urls[system], clients, per_client, seen[system])
+
+            for system in SYSTEMS:  # warm-up
+                await measure(system, 1)
+            for rep in range(rounds):  # systems interleaved, their order rotating each round
+                order = list(SYSTEMS[rep % 3 :]) + list(SYSTEMS[: rep % 3])
                 for clients in levels:
-                    results[system][clients] = await graph_round(http, url, clients, per_client, seen[system])
-                    progress(
-                        f"embeddings: {system} x{clients}: {results[system][clients]['inputs_per_s']:.1f} inputs/s"
-                    )
+                    for system in order:
+                        m = await measure(system, clients)
+                        measured[system][clients].append(m)
+                        progress(f"embeddings: round {rep + 1} {system} x{clients}: {m['inputs_per_s']:.1f} inputs/s")
     finally:
         for system in urls:
             cluster.delete(f"bench-emb-{system}")
-    engine = await EmbeddingsEngine.start(model, ensure_minilm(cache_dir))
-    try:
-        tokens = engine.tokenize(list(SENTENCES))
-        await engine.embed(tokens[:1])  # warm-up
-        for clients in levels:
-            results["in_process"][clients] = await in_process_round(
-                engine, tokens, clients, per_client, seen["in_process"]
-            )
-            progress(
-                f"embeddings: in_process x{clients}: {results['in_process'][clients]['inputs_per_s']:.1f} inputs/s"
-            )
-    finally:
-        engine.shutdown()
+        if engine is not None:
+            engine.shutdown()
     worst = max(
         float(np.abs(seen[system][text] - seen["in_process"][text]).max()) for system in sizes for text in seen[system]
     )
-    top = levels[-1]
+    results = {
+        system: {str(c): {**median_over_repeats(ms), "rounds": ms} for c, ms in by_level.items()}
+        for system, by_level in measured.items()
+    }
+    top = str(levels[-1])
     gain = ratio(results["batched"][top]["inputs_per_s"], results["one_at_a_time"][top]["inputs_per_s"])
     return {
         "model": model,
         "levels": levels,
         "requests_per_client": per_client,
-        "results": {s: {str(c): m for c, m in r.items()} for s, r in results.items()},
+        "rounds": rounds,
+        "results": results,
         "max_abs_difference": worst,
         "failed": worst > TOLERANCE,
         "targets": {
