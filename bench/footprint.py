@@ -3,7 +3,7 @@ reserves (docs/resources.md sizes Ray's `memory` resource from this).
 
 Deploys serve_config.yaml as shipped (its args and `deployments:` block), reads every replica's
 resident memory from /proc (VmRSS) when the graph is ready, then sends each slot one request
-(chat, transcription, speech, image) and reads VmRSS and the peak (VmHWM) again. A replica whose
+(chat, transcription, speech, image, embeddings, a VLM answer) and reads VmRSS and the peak (VmHWM) again. A replica whose
 peak is above its reservation fails the scenario: the reservation would let Ray overcommit.
 """
 
@@ -20,7 +20,7 @@ from bench.report import table
 from bench.shipped import reserved, shipped_app
 
 APP = "bench-footprint"
-DEPLOYMENTS = ("Ingress", "Control", "LLM", "ASR", "TTS", "Image")
+DEPLOYMENTS = ("Ingress", "Control", "LLM", "ASR", "TTS", "Image", "Embeddings", "VLM")
 MiB = 2**20
 
 
@@ -32,6 +32,18 @@ def proc_memory(pid: int) -> dict:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) * 1024
     return {"rss_bytes": fields.get("VmRSS"), "peak_rss_bytes": fields.get("VmHWM")}
+
+
+def vlm_image() -> str:
+    """A 512x512 PNG, base64: the VLM's processor resizes it to its own limit."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (512, 512), (90, 140, 200)).save(out, "PNG")
+    return base64.b64encode(out.getvalue()).decode()
 
 
 async def exercise(http: httpx.AsyncClient, image_size: dict) -> dict:
@@ -46,6 +58,10 @@ async def exercise(http: httpx.AsyncClient, image_size: dict) -> dict:
         "ASR": http.post("/v1/audio/transcriptions", files={"file": ("u.wav", wav, "audio/wav")}),
         "TTS": http.post("/v1/audio/speech", json={"input": "A short sentence to speak.", "response_format": "wav"}),
         "Image": http.post("/v1/images/generations", json={"prompt": "a red fox", "steps": 2, **image_size}),
+        "Embeddings": http.post("/v1/embeddings", json={"input": ["A short sentence to embed."] * 32}),
+        "VLM": http.post(
+            "/v1/vlm/completions", json={"image": vlm_image(), "prompt": "Describe it.", "max_tokens": 16}
+        ),
     }
     codes = {}
     for name, request in requests.items():  # one after another: each peak is its own

@@ -192,7 +192,7 @@ def unloaded(model_id: str) -> APIError:
 class EngineThread(Generic[M]):
     """Create with `await Engine.start(...)`, release with `shutdown()`."""
 
-    kind = "mlx"  # names the thread and the log lines: llm, asr, tts, image
+    kind = "mlx"  # names the thread and the log lines: llm, asr, tts, image, embeddings, vlm
 
     def __init__(self, model_id: str, model_dir: Path):
         self.model_id = model_id

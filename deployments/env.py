@@ -62,6 +62,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("VOICES_CONFIG", "tts.voices_config", "The voice registry file (OminiX voices.json)", "path"),
     EnvVar("TTS_VOICES_DIR", "tts.voices_dir", "Audio files requests may name as voices", "path"),
     EnvVar("IMAGE_MODEL", "image.default_model", "The image slot's default model (or `flux`, `zimage`)"),
+    EnvVar("EMBEDDINGS_MODEL", "embeddings.default_model", "The embeddings slot's default model"),
+    EnvVar("VLM_MODEL", "vlm.default_model", "The VLM slot's default model (OminiX-API's name)"),
     EnvVar("OMINIX_V0_SCHEDULER_URL", "cuda.scheduler_url", "CUDA route: the worker-v0 shim's base URL"),
     EnvVar("OMINIX_V0_SCHEDULER_TOKEN", "cuda.scheduler_token", "CUDA route: bearer token for the shim"),
     EnvVar(

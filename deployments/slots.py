@@ -22,6 +22,8 @@ from deployments.asr.config import ASRSlotConfig
 from deployments.asr.tiny_model import TINY_WHISPER_ID, ensure_tiny_whisper
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID, ensure_whisper_tiny_en
 from deployments.control.policy import SlotModelsConfig
+from deployments.embeddings.config import EmbeddingsSlotConfig
+from deployments.embeddings.minilm import MINILM_ID, ensure_minilm
 from deployments.image.config import ImageSlotConfig
 from deployments.image.tiny_model import TINY_IMAGE_ID, ensure_tiny_image
 from deployments.llm.config import LLMSlotConfig
@@ -31,6 +33,8 @@ from deployments.resources import reserve
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.kokoro import KOKORO_TTS_ID, ensure_kokoro
 from deployments.tts.tiny_model import TINY_TTS_ID, ensure_tiny_tts
+from deployments.vlm.config import VLMSlotConfig
+from deployments.vlm.tiny_model import TINY_VLM_ID, ensure_tiny_vlm
 
 MiB = 1024 * 1024
 
@@ -176,6 +180,42 @@ SLOTS: dict[str, Slot] = {
                 "mflux",
                 "Image generation (FLUX.2-klein via mflux)",
                 ("text_to_image", "image_to_image", "quantization"),
+            ),
+        ),
+        Slot(
+            name="embeddings",
+            deployment_name="Embeddings",
+            deployment="deployments.embeddings.deployment:EmbeddingsSlot",
+            config=EmbeddingsSlotConfig,
+            builtins={MINILM_ID: ensure_minilm},
+            # The logical CPU budget is spent by the four slots above at their max_replicas;
+            # memory is what limits these replicas (docs/resources.md).
+            replica_resources=reserve(0, 512),
+            real_model_hint="the built-in ominix-all-minilm-l6-v2 (the default)",
+            routes=(Route("/v1/embeddings", 10 * MiB, 120.0),),
+            engine=Engine(
+                "mlx-embeddings",
+                "mlx-embeddings",
+                "Text embeddings (mlx-embeddings: BERT-style sentence-transformers, Qwen3-Embedding, ...)",
+                ("embeddings", "batching", "base64", "matryoshka"),
+            ),
+        ),
+        Slot(
+            name="vlm",
+            deployment_name="VLM",
+            deployment="deployments.vlm.deployment:VLMSlot",
+            config=VLMSlotConfig,
+            builtins={TINY_VLM_ID: ensure_tiny_vlm},
+            random_builtins=frozenset({TINY_VLM_ID}),
+            replica_resources=reserve(0, 512),  # as the embeddings slot: memory limits these
+            real_model_hint="VLM_MODEL=mlx-community/Qwen2.5-VL-3B-Instruct-4bit (needs network once)",
+            # Chat with images arrives on the LLM slot's /v1/chat/completions (its body cap).
+            routes=(Route("/v1/vlm/completions", 20 * MiB, 300.0),),
+            engine=Engine(
+                "mlx-vlm",
+                "mlx-vlm",
+                "Vision-language chat (mlx-vlm: Qwen2-VL, Qwen2.5-VL, SmolVLM, ...)",
+                ("vision", "chat", "streaming", "multiplexing"),
             ),
         ),
     )

@@ -26,3 +26,10 @@ def wait_for(predicate, timeout_s: float = 120, interval: float = 0.5):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not reached in {timeout_s} s (last: {value!r})")
+
+
+def only_slots(*names: str) -> dict:
+    """Graph args that turn off every slot of the registry but `names` (a test's small app)."""
+    from deployments.slots import SLOTS
+
+    return {slot: {"enabled": False} for slot in SLOTS if slot not in names}

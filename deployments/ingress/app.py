@@ -21,12 +21,14 @@ from deployments.ingress.routers import (
     audio_transcriptions,
     chat,
     completions,
+    embeddings,
     health,
     images,
     metrics,
     model_admin,
     models,
     realtime,
+    vlm,
     voices,
     ws_tts,
 )
@@ -48,6 +50,8 @@ ROUTERS = (
     ws_tts,
     realtime,
     images,
+    embeddings,
+    vlm,
 )
 
 

@@ -34,6 +34,7 @@ class SlotModels:
     models: list[str]  # the configured allow-list, the configured default first
     models_dir: Optional[str] = None
     aliases: dict[str, str] = field(default_factory=dict)  # short name (lower case) -> model id
+    options: dict = field(default_factory=dict)  # what the slot's routes check first (the VLM's image limits)
 
 
 @dataclass

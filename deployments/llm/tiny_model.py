@@ -100,19 +100,26 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-def _write_tokenizer(out: Path, config: dict = MODEL_CONFIG) -> None:
+def train_bpe_tokenizer(special_tokens: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer (Qwen's kind) trained on the fixed corpus; the special tokens
+    get the first ids, in order. Other tiny built-ins (the VLM) share it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=min(config["vocab_size"], MODEL_CONFIG["vocab_size"]),
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator(_training_corpus(), trainer=trainer)
+    return tokenizer
+
+
+def _write_tokenizer(out: Path, config: dict = MODEL_CONFIG) -> None:
+    tokenizer = train_bpe_tokenizer(SPECIAL_TOKENS, min(config["vocab_size"], MODEL_CONFIG["vocab_size"]))
     assert tokenizer.get_vocab_size() <= config["vocab_size"]
     assert tokenizer.token_to_id("<|im_end|>") == config["eos_token_id"]
     tokenizer.save(str(out / "tokenizer.json"))

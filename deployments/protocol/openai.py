@@ -175,11 +175,9 @@ class ChatCompletionRequest(SamplingRequest):
     tool_choice: Union[str, dict[str, Any], None] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
-    @model_validator(mode="after")
-    def _check_chat(self):
-        if any(m.has_image() for m in self.messages):
-            raise ValueError("messages: image content parts need a vision model; no VLM slot is served")
-        return self
+    def has_images(self) -> bool:
+        """Image parts go to a vision model only (deployments/ingress/serving/vision.py)."""
+        return any(m.has_image() for m in self.messages)
 
     def token_budget(self) -> Optional[int]:
         return self.max_completion_tokens or self.max_tokens

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from deployments.routing.affinity import owner_of
-from tests.assertions import assert_openai_error, wait_for
+from tests.assertions import assert_openai_error, only_slots, wait_for
 
 APP = "asr-sessions"
 SMALL = {"ray_actor_options": {"num_cpus": 0.01}}
@@ -34,10 +34,8 @@ def two_asr(server, cache_dir):
 
     args = {
         "cache_dir": str(cache_dir),
-        "llm": {"enabled": False},
+        **only_slots("asr"),
         "asr": {"default_model": "ominix-tiny-whisper", "models": []},
-        "tts": {"enabled": False},
-        "image": {"enabled": False},
     }
     router = RequestRouterConfig(
         request_router_class="deployments.routing.router.SessionAffinityRouter", request_router_kwargs={}

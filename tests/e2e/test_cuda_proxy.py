@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from tests.assertions import only_slots
 from tests.fake_worker import FakeWorker
 
 pytestmark = pytest.mark.slow
@@ -47,9 +48,7 @@ def cuda_url(server, worker, cache_dir):
     args = {
         "cache_dir": str(cache_dir),
         "llm": {"default_model": LOCAL},  # the local side only needs a code path
-        "asr": {"enabled": False},  # the audio slots have nothing to do with this route
-        "tts": {"enabled": False},
-        "image": {"enabled": False},
+        **only_slots("llm"),  # the other slots have nothing to do with this route
         "cuda": {
             "scheduler_url": worker.url,
             "scheduler_token": worker.token,

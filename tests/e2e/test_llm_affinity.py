@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack
 import httpx
 import pytest
 
-from tests.assertions import wait_for
+from tests.assertions import only_slots, wait_for
 
 TINY = "ominix-tiny-qwen3"
 APP = "affinity"
@@ -35,9 +35,7 @@ def deploy(app: str, router: str, kwargs: dict, cache_dir, models_dir=None) -> N
     args = {
         "cache_dir": str(cache_dir),
         "llm": {"models_dir": str(models_dir)} if models_dir else {},
-        "asr": {"enabled": False},
-        "tts": {"enabled": False},
-        "image": {"enabled": False},
+        **only_slots("llm"),
     }
     config = RequestRouterConfig(
         request_router_class=f"deployments.routing.router.{router}", request_router_kwargs=kwargs

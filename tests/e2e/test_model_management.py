@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.assertions import wait_for
+from tests.assertions import only_slots, wait_for
 
 TINY = "ominix-tiny-qwen3"
 
@@ -33,9 +33,7 @@ def managed(server, cache_dir, tiny_llm_dir, tmp_path_factory):
     args = {
         "cache_dir": str(cache_dir),
         "llm": {"default_model": TINY, "models_dir": str(models_dir)},
-        "asr": {"enabled": False},
-        "tts": {"enabled": False},
-        "image": {"enabled": False},
+        **only_slots("llm"),
     }
     serve.run(
         build_graph(GraphArgs.from_args(args), options={"LLM": {"num_replicas": 2}}),

@@ -1,6 +1,6 @@
 """Several nodes, as docs/multi-node.md sets them up: a head and two worker nodes, each its own
 `ray start --block` process with a label, and `serve run` of serve_config.yaml as shipped plus
-the placement block of docs/multi-node.md (ASR and Image off, to fit the test machine).
+the placement block of docs/multi-node.md (only the LLM and TTS slots on, to fit the test machine).
 
 Checked: every slot lands on the node its label selector names, requests are served across
 nodes, and removing the speech node mid-run ends its in-flight stream with a clean error while
@@ -27,7 +27,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.assertions import wait_for
+from tests.assertions import only_slots, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -171,14 +171,13 @@ def graph_config(work: Path, cache_dir) -> tuple[Path, int]:
     config["http_options"]["port"] = port
     app = config["applications"][0]
     app["args"]["cache_dir"] = str(cache_dir)
-    app["args"]["asr"] = {"enabled": False}
-    app["args"]["image"] = {"enabled": False}
+    app["args"].update(only_slots("llm", "tts"))  # the others off: three nodes on one small machine
     app["args"]["tts"]["max_input_chars"] = 20000
     placement = placement_from_docs()
     app["deployments"] = [
-        {**d, "ray_actor_options": placement[d["name"]]} if d["name"] in placement else d
+        {**d, "ray_actor_options": placement[d["name"]]}
         for d in app["deployments"]
-        if d["name"] not in ("ASR", "Image")
+        if d["name"] in ("Ingress", "Control", "LLM", "TTS")
     ]
     path = work / "serve_config.yaml"
     path.write_text(yaml.safe_dump(config))

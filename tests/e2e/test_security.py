@@ -13,6 +13,8 @@ import openai
 import pytest
 import websockets
 
+from tests.assertions import only_slots
+
 KEY = "test-key-123"
 
 
@@ -22,10 +24,8 @@ def keyed_url(server, cache_dir):
 
     from graphs.omni import build_app
 
-    off = {"enabled": False}  # the keys need no model; the TTS slot is there for the WebSocket
-    app = build_app(
-        {"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, "llm": off, "asr": off, "image": off}
-    )
+    # The keys need no model; the TTS slot is there for the WebSocket.
+    app = build_app({"cache_dir": str(cache_dir), "security": {"api_keys": [KEY]}, **only_slots("tts")})
     serve.run(app, name="keyed", route_prefix="/keyed", blocking=False)
     url = f"{server}/keyed"
     for _ in range(120):

@@ -39,6 +39,8 @@ def default_slots() -> dict[str, fakes.FakeClient]:
         "asr": fakes.FakeClient(transcribe=fakes.transcript()),
         "tts": fakes.FakeClient(synthesize=fakes.speech(), describe=fakes.tts_facts),
         "image": fakes.FakeClient(),
+        "embeddings": fakes.FakeClient(embed=fakes.embeddings()),
+        "vlm": fakes.FakeClient(chat=fakes.generation("A red square", served_by="ominix-tiny-qwen2-vl")),
     }
 
 

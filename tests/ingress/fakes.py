@@ -15,6 +15,7 @@ import numpy as np
 
 from deployments.asr.transcript import Segment, Transcript
 from deployments.ingress.clients import SlotStream
+from deployments.protocol.embeddings import EmbeddingResponse, embedding_response
 from deployments.protocol.errors import APIError
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import UsageInfo
@@ -90,7 +91,7 @@ class FakeClient:
 def generation(text: str = "Hello there", served_by: str = "ominix-tiny-qwen3") -> Callable[..., list]:
     """An LLM stream: one chunk per word (the first names the model), then finish and usage."""
 
-    def answer(request, model: Optional[str] = None) -> list[GenerationChunk]:
+    def answer(request, *images, model: Optional[str] = None) -> list[GenerationChunk]:  # images: the VLM's
         words = text.split(" ")
         chunks = [GenerationChunk(content=(" " if i else "") + w) for i, w in enumerate(words)]
         chunks[0].model = model or served_by
@@ -181,3 +182,15 @@ def streaming_asr(host) -> FakeClient:
         stream_delete=lambda sid, model=None: host.delete(sid),
         stream_sessions=lambda model=None: {"replica": "r1", **host.sessions()},
     )
+
+
+def embeddings(dimensions: int = 4) -> Callable[..., EmbeddingResponse]:
+    """One unit vector per input, in the encoding the request asks for."""
+
+    def answer(request, model: Optional[str] = None) -> EmbeddingResponse:
+        inputs = request.inputs()
+        vectors = [np.eye(dimensions, dtype=np.float32)[i % dimensions] for i in range(len(inputs))]
+        tokens = sum(len(i) if isinstance(i, list) else len(i.split()) for i in inputs)
+        return embedding_response(vectors, model or "ominix-all-minilm-l6-v2", tokens, request.encoding_format)
+
+    return answer

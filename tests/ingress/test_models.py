@@ -59,6 +59,8 @@ DEFAULTS = {
     "asr": "whisper-tiny.en",
     "tts": "ominix-tiny-pocket-tts",
     "image": "ominix-tiny-flux2-klein",
+    "embeddings": "ominix-all-minilm-l6-v2",
+    "vlm": "ominix-tiny-qwen2-vl",
 }
 
 
@@ -111,6 +113,6 @@ async def test_version_lists_the_engines_of_enabled_slots(tmp_path):
         body = (await http.get("/v1/version")).json()
     categories = {engine["category"] for engine in body["capabilities"].values()}
     assert (
-        categories == {"llm", "asr", "tts"}
+        categories == {"llm", "asr", "tts", "embeddings", "vlm"}
         and {"model": "whisper-tiny.en", "model_type": "asr"} in body["models_loaded"]
     )

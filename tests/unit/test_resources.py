@@ -8,9 +8,10 @@ import pytest
 
 from bench.shipped import shipped_app
 from deployments.resources import MiB, reserve
+from deployments.slots import SLOTS as REGISTRY
 
 CPU_BUDGET = 1.0  # half of the 2-core CI box: the rest is for apps deployed next to the graph
-SLOTS = ("LLM", "ASR", "TTS", "Image")  # deployment names
+SLOTS = tuple(slot.deployment_name for slot in REGISTRY.values())
 
 
 def most_replicas(options: dict) -> int:
@@ -49,12 +50,11 @@ def test_the_deployments_defaults_match_the_config(name, module, cls):
     assert {k: deployment.ray_actor_options.get(k) for k in KEYS} == {k: shipped[k] for k in KEYS}
 
 
-@pytest.mark.parametrize("name", ["llm", "asr", "tts", "image"])
+@pytest.mark.parametrize("name", list(REGISTRY))
 def test_each_slots_registry_resources_match_the_config(name):
-    from deployments.slots import SLOTS
     from graphs.omni import slot_options
 
-    slot = SLOTS[name]
+    slot = REGISTRY[name]
     derived = slot_options(slot, slot.config())["ray_actor_options"]
     shipped = shipped_app()[1][slot.deployment_name]["ray_actor_options"]
     assert {k: derived.get(k) for k in KEYS} == {k: shipped[k] for k in KEYS}

@@ -1,5 +1,6 @@
-"""POST /v1/chat/completions on the LLM slot: JSON or true token streaming (SSE).
-Requests for CUDA-mapped model ids go to the CUDA proxy instead (see ingress/cuda.py)."""
+"""POST /v1/chat/completions on the LLM slot, or on the VLM slot for a VLM model id (images):
+JSON or true token streaming (SSE). Requests for CUDA-mapped model ids go to the CUDA proxy
+instead (see ingress/cuda.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pydantic import BaseModel
 
 from deployments.ingress.cuda import routes_to_cuda, serve_cuda_chat
 from deployments.ingress.errors import validate_body
-from deployments.ingress.serving.generation import ServingChat
+from deployments.ingress.serving.vision import chat_serving
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.openai import ChatCompletionRequest
 
@@ -54,4 +55,6 @@ async def create_chat_completion(
     # rules (and never by a local slot), everything else by the local LLM slot.
     if routes_to_cuda(state, body):
         return await serve_cuda_chat(state, body)
-    return await ServingChat(state).create(validate_body(ChatCompletionRequest, body), x_session_id)
+    request = validate_body(ChatCompletionRequest, body)
+    serving = await chat_serving(state, request)  # the LLM slot, or the VLM slot for a VLM model id
+    return await serving.create(request, x_session_id)

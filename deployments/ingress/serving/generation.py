@@ -46,13 +46,16 @@ async def serve_generation(
     session_header: Optional[str],
     to_events: StreamBuilder,
     to_response: FullBuilder,
+    slot: str = "llm",
+    args: tuple = (),
 ) -> JSONResponse | StreamingResponse:
-    """Shared body of /v1/chat/completions and /v1/completions."""
-    llm = state.slot("llm")
-    model = state.catalog.resolve("llm", request.model)
+    """Shared body of /v1/chat/completions (on the LLM or the VLM slot) and /v1/completions.
+    `args` follow the request in the slot call (the VLM's images)."""
+    client = state.slot(slot)
+    model = state.catalog.resolve(slot, request.model)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
     session = llm_affinity_key(request, session_header)
-    stream = await llm.stream(method, request, model=model, session=session)
+    stream = await client.stream(method, request, *args, model=model, session=session)
     model = (stream.first.model if stream.first else None) or model or "unknown"
     if request.stream:
         return sse_response(to_events(stream, model))
@@ -60,10 +63,12 @@ async def serve_generation(
 
 
 class ServingChat:
-    """POST /v1/chat/completions on the local LLM slot."""
+    """POST /v1/chat/completions on a local slot: the LLM, or the VLM with the request's images."""
 
-    def __init__(self, state: IngressState):
+    def __init__(self, state: IngressState, slot: str = "llm", images: tuple[bytes, ...] | None = None):
         self.state = state
+        self.slot = slot
+        self.args = () if images is None else (list(images),)
 
     async def create(
         self, request: ChatCompletionRequest, session_header: Optional[str] = None
@@ -83,7 +88,9 @@ class ServingChat:
         def to_events(stream: SlotStream, model: str) -> AsyncIterator[ChatCompletionChunk]:
             return chat_events(stream, request_id, model, request.include_usage())
 
-        return await serve_generation(self.state, "chat", request, session_header, to_events, to_response)
+        return await serve_generation(
+            self.state, "chat", request, session_header, to_events, to_response, self.slot, self.args
+        )
 
 
 async def chat_events(

@@ -29,6 +29,8 @@ def test_shipped_config_validates_and_serves_the_real_small_models():
         "asr": "whisper-tiny.en",
         "tts": "ominix-tiny-pocket-tts",
         "image": "ominix-tiny-flux2-klein",
+        "embeddings": "ominix-all-minilm-l6-v2",
+        "vlm": "ominix-tiny-qwen2-vl",
     }
 
 
@@ -70,7 +72,7 @@ def test_typos_in_args_are_rejected():
 
 def test_disabled_slot_is_neither_in_the_catalog_nor_under_control():
     config = GraphArgs.from_args({"asr": {"enabled": False}}, environ={"TTS_MODEL": "my/tts"})
-    assert set(config.defaults()) == {"llm", "tts", "image"}
+    assert set(config.defaults()) == {"llm", "tts", "image", "embeddings", "vlm"}
     assert config.defaults()["tts"] == "my/tts"
 
 

@@ -35,13 +35,21 @@ def test_unknown_fields_are_tolerated():
         ({"logit_bias": {"abc": 1.0}}, "logit_bias"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "role"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "image"),
+        ({"messages": [{"role": "user", "content": [{"type": "video", "video": "x"}]}]}, "content"),
     ],
 )
 def test_bad_values_fail_validation(extra, field):
     with pytest.raises(ValidationError) as info:
         ChatCompletionRequest(**{"messages": MSG, **extra})
     assert field in str(info.value)
+
+
+def test_image_parts_parse_and_are_routed_later():
+    """Which slot takes image parts is the ingress's choice by model id (serving/vision.py)."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
+    assert req.has_images() and req.messages[0].text() == "what?"
+    assert not ChatCompletionRequest(messages=MSG).has_images()
 
 
 def test_text_parts_are_flattened_for_the_template():

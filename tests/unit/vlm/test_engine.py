@@ -1,0 +1,71 @@
+"""The VLM engine with the built-in tiny Qwen2-VL: images reach the vision tower (their tokens
+count in the prompt), generation streams and stops where asked, a cancelled stream stops."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from deployments.llm.engine import SamplingParams
+from deployments.vlm.engine import VLMEngine
+from deployments.vlm.tiny_model import TINY_VLM_ID, ensure_tiny_vlm
+
+
+def png(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (10, 120, 200)).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+async def engine(cache_dir):
+    engine = await VLMEngine.start(TINY_VLM_ID, ensure_tiny_vlm(cache_dir))
+    yield engine
+    engine.shutdown()
+
+
+def user(*parts) -> list[dict]:
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": "What is this?"}]}]
+
+
+async def run(engine, messages, images, **sampling):
+    chunks = [
+        c
+        async for c in engine.generate(
+            messages, images, SamplingParams(**{"max_tokens": 6, "temperature": 0.0, **sampling})
+        )
+    ]
+    return "".join(c.content for c in chunks), chunks[-1]
+
+
+async def test_each_image_adds_its_vision_tokens_to_the_prompt(engine):
+    _, text_only = await run(engine, user(), [])
+    _, one = await run(engine, user({"type": "image"}), [png(112, 112)])
+    _, two = await run(engine, user({"type": "image"}, {"type": "image"}), [png(112, 112), png(56, 56)])
+    # 112x112 -> 4x4 merged patches: 16 image tokens + vision start/end; 56x56 -> 4 + 2.
+    assert one.usage.prompt_tokens - text_only.usage.prompt_tokens == 16 + 2
+    assert two.usage.prompt_tokens - one.usage.prompt_tokens == 4 + 2
+    assert one.finish_reason == "length" and one.usage.completion_tokens == 6
+    assert one.usage.total_tokens == one.usage.prompt_tokens + 6
+
+
+async def test_greedy_output_is_deterministic_and_a_stop_string_ends_it(engine):
+    messages, images = user({"type": "image"}), [png(64, 48)]
+    first, _ = await run(engine, messages, images, temperature=0.0)
+    again, _ = await run(engine, messages, images, temperature=0.0)
+    assert first and first == again
+    stop = first[len(first) // 2 :][:3]
+    stopped, last = await run(engine, messages, images, temperature=0.0, stop=[stop])
+    assert last.finish_reason == "stop" and stop not in stopped and first.startswith(stopped)
+
+
+async def test_leaving_the_stream_aborts_the_generation(engine):
+    before = engine.stats["aborted"]
+    stream = engine.generate(user({"type": "image"}), [png(56, 56)], SamplingParams(max_tokens=200))
+    async for _ in stream:
+        break
+    await stream.aclose()
+    _, last = await run(engine, user(), [])  # the engine serves the next request
+    assert last.usage.completion_tokens == 6 and engine.stats["aborted"] == before + 1
