@@ -15,6 +15,7 @@ from deployments.ingress.middleware import (
     RouteTimeout,
 )
 from deployments.ingress.routers import (
+    agent,
     audio_speech,
     audio_transcriptions,
     chat,
@@ -42,6 +43,7 @@ ROUTERS = (
     voices,
     ws_tts,
     images,
+    agent,
 )
 
 
