@@ -21,8 +21,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # On request: what the remote-CUDA route adds (no model); what the LLM prefix cache saves; what
 # affinity routing saves on two LLM replicas; Kokoro's CPU convolutions (in process: stock vs
 # GEMM kernels vs onnxruntime); the shipped config's replica footprint, its sustained TTS burst
-# and a replica's cold start.
-EXTRA_SCENARIOS = ("cuda_proxy", "prefix", "affinity", "kokoro", "footprint", "burst", "coldstart")
+# and a replica's cold start; the voice agent's time to first audio, pipelined vs sequential.
+EXTRA_SCENARIOS = ("cuda_proxy", "prefix", "affinity", "kokoro", "footprint", "burst", "coldstart", "agent")
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
     "quick": {"concurrency": [1, 16], "repeats": 1, "tokens": 32, "asr_rounds": 1, "asr_utterances": 1},

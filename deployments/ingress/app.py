@@ -25,6 +25,7 @@ from deployments.ingress.routers import (
     metrics,
     model_admin,
     models,
+    pages,
     voices,
     ws_tts,
 )
@@ -44,6 +45,7 @@ ROUTERS = (
     ws_tts,
     images,
     agent,
+    pages,
 )
 
 
@@ -52,6 +54,8 @@ def create_app(state: IngressState) -> FastAPI:
         title=SERVICE_NAME,
         version=__version__,
         description="OpenAI-compatible MLX model server (Ray Serve graph)",
+        docs_url=None,  # served offline by the pages router instead of from a CDN
+        redoc_url=None,
     )
     app.state.ingress = state
     install_error_handlers(app)
