@@ -61,6 +61,7 @@ def create_app(state: IngressState) -> FastAPI:
     install_error_handlers(app)
     for module in ROUTERS:
         app.include_router(module.router)
+    pages.with_bearer_auth(app)
 
     def settings():
         return app.state.ingress.settings

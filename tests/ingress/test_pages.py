@@ -70,3 +70,9 @@ def test_public_and_uncapped_paths_are_exact_or_under_a_page():
     assert is_uncapped("/demo") and is_uncapped("/demo/demo.css") and is_uncapped("/health")
     assert not is_uncapped("/docs") and not is_uncapped("/v1/agent/stream")
     assert IngressSettings().policy_for("/v1/agent/stream").timeout_s == 600.0
+
+
+async def test_the_schema_declares_the_bearer_key_for_swagger_uis_authorize(http):
+    schema = (await http.get("/openapi.json")).json()
+    assert schema["components"]["securitySchemes"]["apiKey"] == {"type": "http", "scheme": "bearer"}
+    assert {"apiKey": []} in schema["security"] and "/v1/agent/stream" in schema["paths"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse
 
@@ -26,6 +27,21 @@ DEMO_DIR = Path(__file__).resolve().parent.parent / "static" / "demo"
 DOCS_ASSETS = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
 # The page is rendered per request (root path); its files change only with a new version.
 PAGE_HEADERS = {"Cache-Control": "no-cache"}
+
+
+def with_bearer_auth(app: FastAPI) -> None:
+    """Declare the API key in the OpenAPI schema (an HTTP bearer scheme on every route), so
+    Swagger UI's "Authorize" takes the key and "Try it out" sends it."""
+    schema_of = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = schema_of()  # built once, then cached by FastAPI
+        if "security" not in schema:
+            schema.setdefault("components", {})["securitySchemes"] = {"apiKey": {"type": "http", "scheme": "bearer"}}
+            schema["security"] = [{"apiKey": []}, {}]  # {}: keyless servers need none
+        return schema
+
+    app.openapi = openapi
 
 
 def _root(request: Request) -> str:
@@ -53,16 +69,22 @@ async def demo_file(name: str) -> FileResponse:
     return _static(DEMO_DIR, name, tuple(p.name for p in DEMO_DIR.iterdir() if p.name != "index.html"))
 
 
+def _docs_page(request: Request) -> tuple[str, dict[str, str]]:
+    """Where a docs page's files are (under the root path), and the fields both pages share."""
+    assets = f"{_root(request)}/docs/assets"
+    common = {"openapi_url": f"{_root(request)}{request.app.openapi_url}", "title": f"{SERVICE_NAME} - API"}
+    return assets, common
+
+
 @router.get("/docs")
 async def swagger_ui(request: Request) -> HTMLResponse:
-    root = _root(request)
+    assets, common = _docs_page(request)
     return get_swagger_ui_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
-        title=f"{SERVICE_NAME} - API",
-        swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
-        swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
-        swagger_favicon_url=f"{root}/docs/assets/favicon.png",
-        oauth2_redirect_url=f"{root}/docs/oauth2-redirect",
+        **common,
+        swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+        swagger_css_url=f"{assets}/swagger-ui.css",
+        swagger_favicon_url=f"{assets}/favicon.png",
+        oauth2_redirect_url=f"{_root(request)}/docs/oauth2-redirect",
     )
 
 
@@ -73,12 +95,11 @@ async def swagger_ui_redirect() -> HTMLResponse:
 
 @router.get("/redoc")
 async def redoc(request: Request) -> HTMLResponse:
-    root = _root(request)
+    assets, common = _docs_page(request)
     return get_redoc_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
-        title=f"{SERVICE_NAME} - API",
-        redoc_js_url=f"{root}/docs/assets/redoc.standalone.js",
-        redoc_favicon_url=f"{root}/docs/assets/favicon.png",
+        **common,
+        redoc_js_url=f"{assets}/redoc.standalone.js",
+        redoc_favicon_url=f"{assets}/favicon.png",
         with_google_fonts=False,
     )
 

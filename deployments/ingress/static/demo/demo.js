@@ -125,6 +125,12 @@ class PcmPlayer {
     this.stats.dataset.samples = String(this.samples);
     this.draw();
     this.report();
+    return (at - ctx.currentTime) * 1000; // ms until this chunk is heard
+  }
+
+  // ms until everything received so far has been played
+  remainingMs() {
+    return audioContext ? Math.max(0, (this.next - audioContext.currentTime) * 1000) : 0;
   }
 
   stop() {
@@ -273,8 +279,9 @@ function showLive(result) {
 }
 
 function sendChunk(body, finish = false) {
-  const sid = mic.session;
-  const path = `v1/audio/stream/sessions/${encodeURIComponent(sid)}${finish ? "?finish=1" : ""}`;
+  // A sid may name its replica ("@<replica>/<token>"): its slashes stay path separators.
+  const sid = mic.session.split("/").map(encodeURIComponent).join("/");
+  const path = `v1/audio/stream/sessions/${sid}${finish ? "?finish=1" : ""}`;
   mic.sending = mic.sending.then(async () => {
     const r = await api(path, { method: "POST", headers: { "Content-Type": "application/octet-stream" }, body });
     showLive(await r.json());
@@ -446,6 +453,14 @@ function resetLog(log, messages, hint) {
 
 const agent = { player: null, abort: null };
 
+// Mark `sentence` (null: none) as the one being heard, `ms` from now.
+function highlightAt(answer, sentence, ms) {
+  setTimeout(() => {
+    answer.querySelectorAll(".speaking").forEach((s) => s.classList.remove("speaking"));
+    sentence?.classList.add("speaking");
+  }, ms);
+}
+
 async function askAgent(event) {
   event.preventDefault();
   const input = $("agent-input").value.trim();
@@ -464,7 +479,7 @@ async function askAgent(event) {
   setStatus("agent-status", "Thinking…");
   agent.player.reset(24000);
   const sentences = [];
-  let firstTextMs = null;
+  let firstTextMs = null, unheard = null;
   try {
     const r = await postJson("v1/agent/stream", body, agent.abort.signal);
     for await (const e of sseEvents(r)) {
@@ -474,12 +489,13 @@ async function askAgent(event) {
       } else if (e.type === "text") {
         if (firstTextMs === null) firstTextMs = performance.now() - agent.player.t0;
         sentences.push(e.text);
-        answer.querySelectorAll(".speaking").forEach((s) => s.classList.remove("speaking"));
-        const span = Object.assign(document.createElement("span"), { className: "sentence speaking", textContent: e.text + " " });
-        answer.append(span);
+        unheard = Object.assign(document.createElement("span"), { className: "sentence", textContent: e.text + " " });
+        answer.append(unheard);
         log.scrollTop = log.scrollHeight;
       } else if (e.type === "audio") {
-        agent.player.push(base64Bytes(e.delta));
+        const inMs = agent.player.push(base64Bytes(e.delta));
+        if (unheard) highlightAt(answer, unheard, inMs); // the sentence lights up as it is heard
+        unheard = null;
         agent.player.report(` · first sentence ${Math.round(firstTextMs)} ms`);
       }
     }
@@ -490,7 +506,7 @@ async function askAgent(event) {
     setStatus("agent-status", e.name === "AbortError" ? "Stopped." : "", "info");
   } finally {
     answer.classList.remove("cursor");
-    answer.querySelectorAll(".speaking").forEach((s) => s.classList.remove("speaking"));
+    highlightAt(answer, null, agent.player.remainingMs());
     if (!answer.textContent) answer.remove();
     $("agent-go").disabled = false;
     $("agent-stop").disabled = true;
