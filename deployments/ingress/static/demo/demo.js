@@ -242,6 +242,8 @@ function fillVoices(answer) {
 }
 
 function selectTab(name) {
+  if (!$(`panel-${name}`)) return;
+  history.replaceState(null, "", `#${name}`); // a link or a reload opens the same panel
   for (const tab of document.querySelectorAll(".tab")) tab.classList.toggle("active", tab.dataset.panel === name);
   for (const panel of document.querySelectorAll(".panel")) panel.classList.toggle("active", panel.id === `panel-${name}`);
 }
@@ -451,14 +453,22 @@ function resetLog(log, messages, hint) {
   log.replaceChildren(Object.assign(document.createElement("p"), { className: "placeholder", textContent: hint }));
 }
 
-const agent = { player: null, abort: null };
+const agent = { player: null, abort: null, timers: [] };
 
 // Mark `sentence` (null: none) as the one being heard, `ms` from now.
 function highlightAt(answer, sentence, ms) {
-  setTimeout(() => {
+  agent.timers.push(setTimeout(() => {
     answer.querySelectorAll(".speaking").forEach((s) => s.classList.remove("speaking"));
     sentence?.classList.add("speaking");
-  }, ms);
+  }, ms));
+}
+
+// Silence the agent: its audio stops and no sentence stays lit.
+function hushAgent() {
+  agent.player.stop();
+  agent.timers.forEach(clearTimeout);
+  agent.timers = [];
+  $("agent-log").querySelectorAll(".speaking").forEach((s) => s.classList.remove("speaking"));
 }
 
 async function askAgent(event) {
@@ -473,6 +483,7 @@ async function askAgent(event) {
   const body = { input, messages: [...state.agentMessages], max_tokens: Number($("agent-max").value) || 120 };
   if ($("agent-model").value) body.model = $("agent-model").value;
   if ($("agent-voice").value) body.voice = $("agent-voice").value;
+  hushAgent();
   agent.abort = new AbortController();
   $("agent-go").disabled = true;
   $("agent-stop").disabled = false;
@@ -585,11 +596,13 @@ function main() {
   $("speech-go").addEventListener("click", speak);
   $("speech-stop").addEventListener("click", () => { speech.abort?.abort(); speech.player.stop(); });
   $("agent-form").addEventListener("submit", askAgent);
-  $("agent-stop").addEventListener("click", () => { agent.abort?.abort(); agent.player.stop(); });
+  $("agent-stop").addEventListener("click", () => { agent.abort?.abort(); hushAgent(); });
   $("agent-reset").addEventListener("click", () => resetLog($("agent-log"), state.agentMessages, "Ask something; the answer is read out as it is written."));
   $("chat-form").addEventListener("submit", sendChat);
   $("chat-stop").addEventListener("click", () => chat.abort?.abort());
   $("chat-reset").addEventListener("click", () => resetLog($("chat-log"), state.chatMessages, "Say hello."));
+  $("speech-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) speak(); });
+  if (location.hash) selectTab(location.hash.slice(1));
   refresh();
 }
 
