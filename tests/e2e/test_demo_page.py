@@ -19,7 +19,7 @@ import soundfile as sf
 import yaml
 
 from tests.assertions import wait_for
-from tests.speech import silence, speak, word_error_rate
+from tests.speech import silence, speak, word_error_rate, words
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 KEY = "demo-key-456"
@@ -254,5 +254,7 @@ def test_microphone_transcription_shows_the_spoken_words(page, demo):
     p.click("#mic-stop")
     p.locator("#mic-status", has_text="Done.").wait_for()
     heard = p.inner_text("#mic-text")
-    # The fake microphone loops the file: the sentence is heard at least once, nearly word for word.
-    assert word_error_rate(SENTENCE, heard[: len(SENTENCE) + 20]) <= 0.5, heard
+    # The fake microphone loops the file: its first pass, word for word as Whisper tiny.en hears
+    # it ("roundfark stump"), then the start of the next.
+    first_pass = " ".join(words(heard)[: len(words(SENTENCE))])
+    assert word_error_rate(SENTENCE, first_pass) <= 0.5, heard
