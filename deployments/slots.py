@@ -225,6 +225,8 @@ SLOTS: dict[str, Slot] = {
 GENERAL_ROUTES = (
     Route("/v1/models/load", 64 * 1024, 300.0),
     Route("/v1/models/unload", 64 * 1024, 30.0),
+    # The voice agent (LLM -> TTS): a whole answer spoken, as long as the slower of the two.
+    Route("/v1/agent/stream", 1 * MiB, 600.0),
     Route("/ws/", 1 * MiB, None),
     Route("", 1 * MiB, 60.0),
 )

@@ -15,6 +15,7 @@ from deployments.ingress.middleware import (
     RouteTimeout,
 )
 from deployments.ingress.routers import (
+    agent,
     audio_diarization,
     audio_speech,
     audio_stream,
@@ -27,6 +28,7 @@ from deployments.ingress.routers import (
     metrics,
     model_admin,
     models,
+    pages,
     realtime,
     vlm,
     voices,
@@ -52,6 +54,8 @@ ROUTERS = (
     images,
     embeddings,
     vlm,
+    agent,
+    pages,
 )
 
 
@@ -60,11 +64,14 @@ def create_app(state: IngressState) -> FastAPI:
         title=SERVICE_NAME,
         version=__version__,
         description="OpenAI-compatible MLX model server (Ray Serve graph)",
+        docs_url=None,  # served offline by the pages router instead of from a CDN
+        redoc_url=None,
     )
     app.state.ingress = state
     install_error_handlers(app)
     for module in ROUTERS:
         app.include_router(module.router)
+    pages.with_bearer_auth(app)
 
     def settings():
         return app.state.ingress.settings

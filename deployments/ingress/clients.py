@@ -58,6 +58,10 @@ class SlotStream:
             if not finished:
                 self._gen.cancel()
 
+    def cancel(self) -> None:
+        """Stop the call in the deployment without reading it (a stream opened only to check)."""
+        self._gen.cancel()
+
     async def collect(self) -> GenerationChunk:
         """An LLM stream's chunks merged into one (non-streaming responses)."""
         total = GenerationChunk()

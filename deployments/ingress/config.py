@@ -17,10 +17,22 @@ from deployments.slots import all_routes
 
 MiB = 1024 * 1024
 
-# Reachable without a key: probes and the API docs.
-PUBLIC_PATHS = frozenset({"/health", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
-# Never refused by the connection cap: probes must work under load.
-UNCAPPED_PATHS = frozenset({"/health", "/readyz"})
+# Reachable without a key: probes, the API docs and the demo page (whose requests carry the
+# key typed into it), with their static files.
+PUBLIC_PATHS = frozenset({"/health", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/demo"})
+PUBLIC_PREFIXES = ("/docs/assets/", "/demo/")
+# Never refused by the connection cap: probes must work under load, and so must the page that
+# shows an operator what the graph is doing.
+UNCAPPED_PATHS = frozenset({"/health", "/readyz", "/demo"})
+UNCAPPED_PREFIXES = ("/demo/",)
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def is_uncapped(path: str) -> bool:
+    return path in UNCAPPED_PATHS or path.startswith(UNCAPPED_PREFIXES)
 
 
 def hash_key(key: str) -> str:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
-from deployments.ingress.config import PUBLIC_PATHS, UNCAPPED_PATHS, IngressSettings
+from deployments.ingress.config import IngressSettings, is_public, is_uncapped
 from deployments.protocol.errors import APIError
 
 logger = logging.getLogger("ray.serve")
@@ -76,7 +76,7 @@ class ApiKeyAuth:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         settings = self.settings()
-        if not settings.auth_required or route_path(scope) in PUBLIC_PATHS or scope.get("method") == "OPTIONS":
+        if not settings.auth_required or is_public(route_path(scope)) or scope.get("method") == "OPTIONS":
             return await self.app(scope, receive, send)
         key = presented_key(scope)
         if key is None or not settings.key_is_valid(key):
@@ -106,7 +106,7 @@ class ConcurrencyLimit:
         self.in_flight = 0
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] not in ("http", "websocket") or route_path(scope) in UNCAPPED_PATHS:
+        if scope["type"] not in ("http", "websocket") or is_uncapped(route_path(scope)):
             return await self.app(scope, receive, send)
         if self.in_flight >= self.settings().max_concurrent_requests:
             error = APIError(

@@ -40,6 +40,9 @@ class SpeechStream:
             raise server_error("The TTS slot ended the synthesis without a response")
         return cls(stream)
 
+    def cancel(self) -> None:
+        self._stream.cancel()
+
     async def audio(self) -> AsyncIterator[np.ndarray]:
         """float32 mono chunks as the slot generates them; leaving early stops the synthesis."""
         async for chunk in self._stream.chunks():

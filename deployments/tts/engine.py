@@ -80,6 +80,7 @@ class EngineStats:
     chunks: int = 0
     samples: int = 0
     failed: int = 0
+    active: int = 0  # the synthesis on the engine thread now (0 or 1); with `pending`: in flight
 
 
 class TTSEngine(EngineThread[SpeechJob]):
@@ -146,6 +147,7 @@ class TTSEngine(EngineThread[SpeechJob]):
 
     def _handle(self, job: SpeechJob) -> None:
         self.stats.jobs += 1
+        self.stats.active += 1
         try:
             for segment in job.segments:
                 for chunk in self._model.generate(segment, **self._generate_kwargs(job)):
@@ -160,6 +162,8 @@ class TTSEngine(EngineThread[SpeechJob]):
             logger.exception("Synthesis failed")
             self.stats.failed += 1
             raise server_error(f"Speech synthesis failed: {type(e).__name__}: {e}") from None
+        finally:
+            self.stats.active -= 1
 
     def _generate_kwargs(self, job: SpeechJob) -> dict[str, Any]:
         import mlx.core as mx

@@ -26,7 +26,7 @@ def smoke_results(tmp_path_factory, cache_dir):
             "bench",
             "--smoke",
             "--scenarios",
-            "llm,asr,tts,memory,prefix,footprint,burst,coldstart",
+            "llm,asr,tts,memory,prefix,footprint,burst,coldstart,agent",
             "--out",
             str(out),
             "--cache-dir",
@@ -44,7 +44,7 @@ def smoke_results(tmp_path_factory, cache_dir):
 
 def test_every_scenario_wrote_results_with_the_machine(smoke_results):
     results, out = smoke_results
-    assert set(results) == {"llm", "asr", "tts", "memory", "prefix", "footprint", "burst", "coldstart"}
+    assert set(results) == {"llm", "asr", "tts", "memory", "prefix", "footprint", "burst", "coldstart", "agent"}
     for result in results.values():
         machine = result["machine"]
         assert machine["cores"] >= 1 and machine["versions"]["mlx-lm"] and machine["versions"]["ray"]
@@ -115,3 +115,10 @@ def test_cold_start_is_broken_down(smoke_results):
     assert steps["model_load_s"] > 0 and steps["steps_total_s"] >= steps["worker_start_s"]
     assert cold["replica"]["load_to_running_s"] >= cold["replica"]["starting_to_running_s"] > 0
     assert cold["import_profile"]
+
+
+def test_the_agent_is_timed_pipelined_and_sequential_on_the_same_answer(smoke_results):
+    agent = smoke_results[0]["agent"]
+    assert agent["same_answer"] and not agent["failed"]
+    for way in ("pipelined", "sequential"):
+        assert agent["results"][way]["ttfa_p50_ms"] > 0 and agent["results"][way]["audio_s_mean"] > 0
