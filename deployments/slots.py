@@ -119,7 +119,10 @@ SLOTS: dict[str, Slot] = {
             random_builtins=frozenset({TINY_WHISPER_ID}),
             replica_resources=reserve(0.1, 1024),
             real_model_hint="the built-in whisper-tiny.en (the default)",
-            routes=(Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),),
+            routes=(
+                Route("/v1/audio/transcriptions", 10 * MiB, 1800.0),
+                Route("/v1/audio/asr/", 10 * MiB, 1800.0, card=False),  # OminiX-API's per-family routes
+            ),
             engine=Engine(
                 "mlx-audio-stt",
                 "mlx-audio",
@@ -138,6 +141,7 @@ SLOTS: dict[str, Slot] = {
             routes=(
                 Route("/v1/audio/speech", 10 * MiB, 600.0),
                 Route("/v1/audio/speech/clone", 10 * MiB, 600.0),
+                Route("/v1/audio/tts/", 10 * MiB, 600.0, card=False),  # OminiX-API's per-family routes
                 Route("/ws/v1/tts", 1 * MiB, None),  # WebSockets have their own idle timeout
                 Route("/v1/voices", 10 * MiB, 60.0, card=False),
             ),

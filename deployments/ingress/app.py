@@ -15,6 +15,7 @@ from deployments.ingress.middleware import (
     RouteTimeout,
 )
 from deployments.ingress.routers import (
+    audio_families,
     audio_speech,
     audio_transcriptions,
     chat,
@@ -39,6 +40,7 @@ ROUTERS = (
     metrics,
     audio_transcriptions,
     audio_speech,
+    audio_families,
     voices,
     ws_tts,
     images,

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 from pydantic import Field
 
-from deployments.control.policy import SlotModelsConfig
+from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.tts.tiny_model import TINY_TTS_ID
+
+# OminiX-API's TTS families -> a pattern their model ids match; /v1/audio/tts/qwen3, /tts/clone
+# and /tts/sovits need a model of theirs (a `model` alias only names the slot).
+FAMILIES = {"qwen3-tts": r"qwen3[-_]?tts", "gpt-sovits": r"sovits"}
 
 
 class TTSSlotConfig(SlotModelsConfig):
+    families: ClassVar[dict[str, str]] = FAMILIES
     default_model: str = Field(TINY_TTS_ID, description="Served when a request names no model; loaded at start-up")
+    aliases: dict[str, str] = Field(
+        default_factory=lambda: dict.fromkeys(FAMILIES, SLOT_DEFAULT),
+        description="Other names requests may use as `model` (OminiX-API's gpt-sovits, qwen3-tts) -> an allowed id or `default`",
+    )
     max_input_chars: int = Field(4096, ge=1, description="Longer `input` (or WebSocket text) is a 400")
     streaming_interval_s: float = Field(
         0.24, gt=0, description="Audio per streamed chunk for models that stream (seconds)"

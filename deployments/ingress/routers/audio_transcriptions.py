@@ -33,7 +33,14 @@ _GRANULARITIES = ("timestamp_granularities[]", "timestamp_granularities")
 
 @router.post("/v1/audio/transcriptions")
 async def create_transcription(request: Request, state: IngressState = Depends(ingress_state)):
+    return await transcribe(request, state)
+
+
+async def transcribe(request: Request, state: IngressState, family: Optional[str] = None):
+    """A transcription in any of the three forms; `family` (OminiX-API's /v1/audio/asr/<family>
+    routes) picks a model of that family instead of the request's `model`."""
     asr = state.slot("asr")
+    family_model = state.catalog.family("asr", family) if family else None
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     server_path: Optional[str] = None
     if media_type == "multipart/form-data":
@@ -48,7 +55,7 @@ async def create_transcription(request: Request, state: IngressState = Depends(i
                 "a JSON body with `file` (base64), or the audio bytes as the body.",
                 "file",
             )
-    model = state.catalog.resolve("asr", params.model)
+    model = family_model or state.catalog.resolve("asr", params.model)
     transcript = await asr.call("transcribe", params, audio, server_path, model=model)
     body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
     if isinstance(body, dict):
