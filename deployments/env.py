@@ -60,6 +60,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("QWEN3_TTS_MODEL_DIR", "tts.default_model", "OminiX-API's name for TTS_MODEL (TTS_MODEL wins)"),
     EnvVar("VOICES_CONFIG", "tts.voices_config", "The voice registry file (OminiX voices.json)", "path"),
     EnvVar("TTS_VOICES_DIR", "tts.voices_dir", "Audio files requests may name as voices", "path"),
+    EnvVar("TTS_REF_AUDIO", "tts.ref_audio", "Reference recording: the default voice of every TTS replica", "path"),
     EnvVar("IMAGE_MODEL", "image.default_model", "The image slot's default model (or `flux`, `zimage`)"),
     EnvVar("OMINIX_V0_SCHEDULER_URL", "cuda.scheduler_url", "CUDA route: the worker-v0 shim's base URL"),
     EnvVar("OMINIX_V0_SCHEDULER_TOKEN", "cuda.scheduler_token", "CUDA route: bearer token for the shim"),

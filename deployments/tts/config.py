@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.tts.tiny_model import TINY_TTS_ID
@@ -31,7 +32,22 @@ class TTSSlotConfig(SlotModelsConfig):
     voices_dir: Optional[str] = Field(
         None, description="TTS_VOICES_DIR: requests may name audio files inside it as voices"
     )
+    ref_audio: Optional[str] = Field(
+        None,
+        description=(
+            "TTS_REF_AUDIO: a reference recording every replica registers at start-up as the default voice "
+            "(named after the file; not written to the registry file)"
+        ),
+    )
+    ref_text: Optional[str] = Field(None, description="What ref_audio says (models that use a transcript)")
     ws_idle_timeout_s: float = Field(120.0, gt=0, description="WebSocket TTS: close after this long without a message")
+
+    @field_validator("ref_audio")
+    @classmethod
+    def _ref_audio_is_a_file(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError(f"{value} is not a file")
+        return value
 
     def max_ongoing_requests(self) -> int:
         # One synthesis runs at a time per replica (the model's decoder state is per stream);

@@ -36,6 +36,8 @@ from deployments.tts.voices import (
     check_voice_name,
     list_voices,
     resolve_voice,
+    startup_voice_name,
+    with_startup_voice,
 )
 
 logger = logging.getLogger("ray.serve")
@@ -56,6 +58,20 @@ class TTSSlot(SlotReplica):
     async def setup(self) -> None:
         self.registry = VoiceRegistry(registry_path(self.config, self.cache_dir))
         self.voices_dir = Path(self.config.voices_dir).expanduser() if self.config.voices_dir else None
+        self.startup_voice = await self._startup_voice()
+
+    async def _startup_voice(self) -> Optional[Path]:
+        """TTS_REF_AUDIO: checked once here (a replica that cannot use it does not start)."""
+        if not self.config.ref_audio:
+            return None
+        path = Path(self.config.ref_audio).expanduser().resolve()
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+            await asyncio.to_thread(read_reference, data, 24000)
+        except (OSError, BadReferenceAudio) as e:
+            raise RuntimeError(f"TTS_REF_AUDIO / tts.ref_audio {path}: cannot use it as a voice: {e}") from None
+        logger.info("Default voice %s from TTS_REF_AUDIO %s", startup_voice_name(path), path)
+        return path
 
     async def start_engine(self, model_id: str, model_dir: Path) -> TTSEngine:
         return await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
@@ -110,11 +126,14 @@ class TTSSlot(SlotReplica):
         except VoiceNotFound as e:
             raise APIError(404, str(e), "invalid_request_error", "voice", "voice_not_found") from None
 
-    def _registry_data(self):
+    def _registry_data(self, with_startup: bool = True):
         try:
-            return self.registry.data()
+            data = self.registry.data()
         except RegistryError as e:
             raise server_error(f"The voice registry {self.registry.path} is malformed: {e}") from None
+        if with_startup and self.startup_voice is not None:
+            return with_startup_voice(data, self.startup_voice, self.config.ref_text)
+        return data
 
     @staticmethod
     async def _reference(data: bytes, sample_rate: int, param: str):
@@ -173,12 +192,12 @@ class TTSSlot(SlotReplica):
         path = self.registry.path.parent / "voices" / f"{name}.wav"
         await asyncio.to_thread(atomic_write, path, encode_wav(samples, engine.sample_rate))
         entry = VoiceEntry(ref_audio=str(path), ref_text=ref_text, aliases=list(aliases or []), language=language)
-        self._registry_data()  # refuse to overwrite a malformed file
+        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
         await asyncio.to_thread(self.registry.register, name, entry)
         return {"name": name, "aliases": entry.aliases, "source": "registry"}
 
     async def delete_voice(self, name: str) -> dict[str, Any]:
-        self._registry_data()
+        self._registry_data(with_startup=False)
         entry = await asyncio.to_thread(self.registry.remove, name)
         if entry is None:
             raise APIError(

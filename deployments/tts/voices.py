@@ -61,6 +61,7 @@ class VoiceEntry:
     speed_factor: float = 1.0
     aliases: list[str] = field(default_factory=list)
     language: Optional[str] = None
+    source: str = "registry"  # "startup": TTS_REF_AUDIO's voice, never written to the file
 
     @classmethod
     def from_json(cls, name: str, raw: Any) -> VoiceEntry:
@@ -266,6 +267,22 @@ def resolve_voice(
     raise VoiceNotFound(name, available_names(registry, presets))
 
 
+def with_startup_voice(registry: RegistryData, path: Path, ref_text: Optional[str]) -> RegistryData:
+    """The registry as requests see it with TTS_REF_AUDIO set: its recording is a voice named
+    after the file (`reference` for reference.wav), and the default voice. Every replica adds
+    it in memory at start-up; the file on disk stays as the operator wrote it."""
+    name = startup_voice_name(path)
+    entry = VoiceEntry(ref_audio=str(path), ref_text=ref_text or "", source="startup")
+    voices = {key: v for key, v in registry.voices.items() if key.lower() != name.lower()}
+    return RegistryData(default_voice=name, models_base_path=registry.models_base_path, voices={**voices, name: entry})
+
+
+def startup_voice_name(path: Path) -> str:
+    """A valid voice name from the file's stem (other characters become '_')."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).stem).lstrip("_.-")[:64] or "reference"
+    return "reference" if stem.lower() in DEFAULT_VOICE_NAMES else stem
+
+
 def available_names(registry: RegistryData, presets: list[str]) -> list[str]:
     names = sorted(registry.voices)
     taken = {n.lower() for n in names}
@@ -277,7 +294,7 @@ def list_voices(registry: RegistryData, presets: list[str]) -> dict[str, Any]:
     voices: list[dict[str, Any]] = []
     for name in sorted(registry.voices):
         entry = registry.voices[name]
-        item: dict[str, Any] = {"name": name, "aliases": entry.aliases, "source": "registry"}
+        item: dict[str, Any] = {"name": name, "aliases": entry.aliases, "source": entry.source}
         if entry.language:
             item["language"] = entry.language
         voices.append(item)

@@ -19,12 +19,13 @@ from typing import Optional
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
+from deployments.ingress.requests import LenientJSONRoute
 from deployments.ingress.routers.audio_speech import CloneForm, clone, speak
 from deployments.ingress.routers.audio_transcriptions import transcribe
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.speech import SpeechRequest
 
-router = APIRouter(tags=["audio"])
+router = APIRouter(tags=["audio"], route_class=LenientJSONRoute)
 
 
 @router.post("/v1/audio/tts/qwen3")

@@ -15,12 +15,13 @@ from fastapi.responses import Response
 
 from deployments.audio.encode import UnsupportedFormat, check_format
 from deployments.audio.reference import MAX_REFERENCE_BYTES, BadReferenceAudio, decode_base64
+from deployments.ingress.requests import LenientJSONRoute
 from deployments.ingress.speech import SpeechStream, audio_response, miniinfer_sse, openai_sse
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.speech import DEFAULT_RESPONSE_FORMAT, SpeechRequest, SynthesisParams
 
-router = APIRouter(tags=["audio"])
+router = APIRouter(tags=["audio"], route_class=LenientJSONRoute)
 
 
 @dataclass

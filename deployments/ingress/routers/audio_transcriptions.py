@@ -11,8 +11,6 @@ the transcript is rendered here in the requested response format.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Any, Optional
 
@@ -22,6 +20,7 @@ from pydantic import ValidationError
 
 from deployments.asr.formats import render
 from deployments.ingress.state import IngressState, ingress_state
+from deployments.protocol.b64 import decode_base64_field
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import TranscriptionParams
 
@@ -96,7 +95,7 @@ def _from_query(request: Request) -> TranscriptionParams:
 
 async def _from_json(request: Request) -> tuple[TranscriptionParams, Optional[bytes], Optional[str]]:
     try:
-        body = json.loads(await request.body())
+        body = json.loads(await request.body(), strict=False)  # as LenientJSONRoute (ingress/requests.py)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise invalid_request(f"Invalid JSON body: {e}") from None
     if not isinstance(body, dict):
@@ -111,9 +110,7 @@ async def _from_json(request: Request) -> tuple[TranscriptionParams, Optional[by
 
 
 def _base64_audio(text: str) -> bytes:
-    if text.startswith("data:") and "," in text:  # a data URL: data:audio/wav;base64,....
-        text = text.split(",", 1)[1]
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        return decode_base64_field(text)
+    except ValueError:
         raise invalid_request("`file` is neither valid base64 audio nor an absolute server path.", "file") from None

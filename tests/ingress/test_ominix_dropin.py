@@ -166,3 +166,44 @@ async def test_family_routes_check_their_request_shapes(http):
         r = await http.post("/v1/audio/asr/paraformer", json={"file": "not base64!"})
         assert_openai_error(r, 400, param="file")
         assert_openai_error(await http.post("/v1/audio/asr/paraformer", json={}), 400, param="file")
+
+
+# ------------------------------------------------------------------ shell-built JSON (the README's curl)
+
+
+def _one_image(params, model=None):
+    from deployments.protocol.images import GeneratedImages
+
+    return GeneratedImages(model="ominix-tiny-flux2-klein", images=[b"\x89PNG"], seeds=[1], output_format="png")
+
+
+def _wrapped_base64(data: bytes) -> str:
+    """What GNU `base64 file` prints: lines of 76 columns."""
+    text = base64.b64encode(data).decode()
+    return "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "slot"),
+    [("/v1/audio/transcriptions", "file", "asr"), ("/v1/images/generations", "image", "image")],
+)
+async def test_line_wrapped_base64_inside_the_json_string_is_accepted(http, slots, path, field, slot):
+    payload = bytes(range(256)) * 2
+    slots["image"].answers["generate"] = _one_image
+    model = "paraformer" if slot == "asr" else "zimage"
+    raw = f'{{"{field}": "{_wrapped_base64(payload)}", "prompt": "p", "model": "{model}"}}'
+    assert "\n" in raw
+    r = await http.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    args = slots[slot].calls[0][1]
+    sent = args[1] if slot == "asr" else args[0].init_image
+    assert sent == payload
+
+
+async def test_broken_base64_is_still_a_400(http):
+    raw = '{"file": "QUJD\nR!==", "model": "paraformer"}'
+    r = await http.post("/v1/audio/transcriptions", content=raw, headers={"content-type": "application/json"})
+    assert_openai_error(r, 400, param="file")
+    raw = '{"prompt": "p", "image": "QUJD\n!!"}'
+    r = await http.post("/v1/images/generations", content=raw, headers={"content-type": "application/json"})
+    assert_openai_error(r, 400, param="image")
