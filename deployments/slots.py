@@ -182,6 +182,7 @@ SLOTS: dict[str, Slot] = {
 GENERAL_ROUTES = (
     Route("/v1/models/load", 64 * 1024, 300.0),
     Route("/v1/models/unload", 64 * 1024, 30.0),
+    Route("/v1/models/download/progress", 64 * 1024, None),  # an SSE stream as long as the download
     Route("/ws/", 1 * MiB, None),
     Route("", 1 * MiB, 60.0),
 )

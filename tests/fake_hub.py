@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -19,6 +23,9 @@ from starlette.routing import Route
 from tests.loopback import LoopbackServer
 
 CHUNK = 16 * 1024
+# The repo the download tests fetch: a config and 6 MB of weights (24 reads of 256 KiB).
+TINY_REPO = "acme/tiny-model"
+TINY_FILES = {"config.json": b'{"model_type": "qwen3"}', "model.safetensors": os.urandom(6_000_000)}
 
 
 class FakeHub(LoopbackServer):
@@ -85,3 +92,19 @@ class FakeHub(LoopbackServer):
             if self.bytes_per_s:
                 await asyncio.sleep(CHUNK / self.bytes_per_s)
             yield body[i : i + CHUNK]
+
+
+@contextmanager
+def running_hub(repos: dict[str, dict[str, bytes]]) -> Iterator[FakeHub]:
+    hub = FakeHub(repos).start()
+    try:
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    """A hub serving TINY_REPO (import the fixture into a test module)."""
+    with running_hub({TINY_REPO: TINY_FILES}) as hub:
+        yield hub

@@ -24,16 +24,18 @@ from deployments.ingress.routers import (
     images,
     metrics,
     model_admin,
+    model_catalog,
     models,
     voices,
     ws_tts,
 )
 from deployments.ingress.state import IngressState
 
-# model_admin before models: /v1/models/status must not match /v1/models/{model_id}.
+# model_admin and model_catalog before models: /v1/models/status must not match /v1/models/{model_id}.
 ROUTERS = (
     health,
     model_admin,
+    model_catalog,
     models,
     chat,
     completions,

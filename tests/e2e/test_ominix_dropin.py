@@ -1,16 +1,20 @@
 """OminiX-API drop-in paths across deployments: the per-family audio routes on the session
 graph (404 without a model of the family), and a second application ("dropin": TTS only, two
-replicas) started as an OminiX-API user starts theirs: TTS_REF_AUDIO set, and the qwen3-tts
-family pointed at the built-in TTS model, so /v1/audio/tts/qwen3 and /tts/clone serve."""
+replicas) started as an OminiX-API user starts theirs: TTS_REF_AUDIO set, the qwen3-tts family
+pointed at the built-in TTS model (so /v1/audio/tts/qwen3 and /tts/clone serve), and the
+ingress's HF_ENDPOINT at a fake hub on a loopback socket (the model downloads)."""
 
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
+from deployments.resources import reserve
 from tests.assertions import assert_openai_error, wait_for
 from tests.e2e.test_voices_api import tone_wav
+from tests.fake_hub import running_hub
 
 TINY_TTS = "ominix-tiny-pocket-tts"
 
@@ -29,8 +33,18 @@ def test_family_routes_without_their_family_are_404_on_the_default_graph(http, p
     assert_openai_error(http.post(path, **kwargs), 404, param="model", code="model_not_found")
 
 
+HUB_REPO = "acme/tiny-voice"
+HUB_FILES = {"config.json": b"{}", "model.safetensors": bytes(range(256)) * 8000}
+
+
 @pytest.fixture(scope="module")
-def dropin(server, cache_dir, tmp_path_factory):
+def hub():
+    with running_hub({HUB_REPO: HUB_FILES}) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def dropin(server, cache_dir, tmp_path_factory, hub):
     import httpx
     from ray import serve
 
@@ -45,10 +59,16 @@ def dropin(server, cache_dir, tmp_path_factory):
         "llm": {"enabled": False},
         "asr": {"enabled": False},
         "image": {"enabled": False},
-        "tts": {"voices_config": str(work / "voices.json"), "aliases": {"qwen3-tts": TINY_TTS}},
+        "tts": {
+            "voices_config": str(work / "voices.json"),
+            "aliases": {"qwen3-tts": TINY_TTS},
+            "models": [HUB_REPO],
+        },
     }
     config = GraphArgs.from_args(args, environ={"TTS_REF_AUDIO": str(reference)})
-    app = build_graph(config, options={"TTS": {"num_replicas": 2}})
+    hub_env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(work / "hub")}
+    ingress = {"ray_actor_options": {**reserve(0.1, 256), "runtime_env": {"env_vars": hub_env}}}
+    app = build_graph(config, options={"TTS": {"num_replicas": 2}, "Ingress": ingress})
     serve.run(app, name="dropin", route_prefix="/dropin", blocking=False)
     client = httpx.Client(base_url=f"{server}/dropin", timeout=120)
 
@@ -57,6 +77,7 @@ def dropin(server, cache_dir, tmp_path_factory):
         return r.status_code == 200 and len(r.json()["slots"]["tts"]["replicas"]) == 2
 
     wait_for(two_replicas_ready, 180)
+    client.hub_cache = work / "hub"
     yield client
     client.close()
     serve.delete("dropin")
@@ -87,3 +108,22 @@ def test_family_routes_serve_the_model_their_alias_names(dropin):
     cloned = dropin.post("/v1/audio/tts/clone", data={"input": "Hello there."}, files=files)
     assert cloned.status_code == 200 and cloned.content[:4] == b"RIFF" and cloned.content != r.content
     assert_openai_error(dropin.post("/v1/audio/tts/sovits", json={"input": "Hi."}), 404, code="model_not_found")
+
+
+def test_a_model_download_through_the_fake_hub_then_its_removal(dropin, hub):
+    def entry():
+        return next(e for e in dropin.get("/v1/models/catalog").json()["models"] if e["id"] == HUB_REPO)
+
+    assert entry()["status"] == "not_downloaded"
+    hub.bytes_per_s = 1_000_000  # 2 s for the weights: the stream shows them coming
+    r = dropin.post("/v1/models/download", json={"model_id": HUB_REPO})
+    assert r.status_code == 200, r.text
+    with dropin.stream("GET", "/v1/models/download/progress", params={"model_id": HUB_REPO}) as events:
+        states = [json.loads(line[6:])["state"] for line in events.iter_lines() if line.startswith("data: ")]
+    assert states[-1] == "ready" and "downloading" in states
+    assert entry()["status"] == "ready"
+    assert (dropin.hub_cache / "models--acme--tiny-voice").is_dir()
+    assert any(path.endswith("/model.safetensors") for _, path in hub.requests)
+    r = dropin.post("/v1/models/remove", json={"model_id": HUB_REPO})
+    assert r.status_code == 200 and not (dropin.hub_cache / "models--acme--tiny-voice").exists()
+    assert_openai_error(dropin.post("/v1/models/remove", json={"model_id": TINY_TTS}), 409, code="builtin_model")

@@ -11,18 +11,9 @@ import pytest
 
 from deployments.downloads.manager import DownloadManager
 from tests.assertions import wait_for
-from tests.fake_hub import FakeHub
+from tests.fake_hub import TINY_FILES as FILES
+from tests.fake_hub import TINY_REPO as REPO
 from tests.loopback import free_port
-
-REPO = "acme/tiny-model"
-FILES = {"config.json": b'{"model_type": "qwen3"}', "model.safetensors": os.urandom(6_000_000)}
-
-
-@pytest.fixture
-def hub():
-    hub = FakeHub({REPO: FILES}).start()
-    yield hub
-    hub.stop()
 
 
 @pytest.fixture
