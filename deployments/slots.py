@@ -143,6 +143,8 @@ SLOTS: dict[str, Slot] = {
                 Route("/v1/audio/speech/clone", 10 * MiB, 600.0),
                 Route("/v1/audio/tts/", 10 * MiB, 600.0, card=False),  # OminiX-API's per-family routes
                 Route("/ws/v1/tts", 1 * MiB, None),  # WebSockets have their own idle timeout
+                Route("/v1/voices/train/progress", 64 * 1024, None, card=False),  # SSE, as long as the job
+                Route("/v1/voices/train", 50 * MiB, 60.0, card=False),  # OminiX-API's cap
                 Route("/v1/voices", 10 * MiB, 60.0, card=False),
             ),
             engine=Engine(

@@ -26,6 +26,7 @@ from deployments.ingress.routers import (
     model_admin,
     model_catalog,
     models,
+    voice_training,
     voices,
     ws_tts,
 )
@@ -43,6 +44,7 @@ ROUTERS = (
     audio_transcriptions,
     audio_speech,
     audio_families,
+    voice_training,
     voices,
     ws_tts,
     images,

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 from ray import serve
 
 from deployments.audio.encode import encode_wav
@@ -114,6 +115,8 @@ class TTSSlot(SlotReplica):
             voice = self._resolve(engine, params.voice)
             if voice.preset is not None:
                 job.preset = voice.preset
+            elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
+                job.conditioning = voice.conditioning  # trained for this model: no encoding
             else:
                 job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
                 job.ref_text = voice.ref_text
@@ -196,6 +199,30 @@ class TTSSlot(SlotReplica):
         await asyncio.to_thread(self.registry.register, name, entry)
         return {"name": name, "aliases": entry.aliases, "source": "registry"}
 
+    async def cache_conditioning(self, name: str, samples: bytes) -> dict[str, Any]:
+        """Voice training: the model's conditioning for a reference (float32 mono at the model's
+        rate), computed once and cached next to the registry with the reference itself."""
+        from safetensors.numpy import save
+
+        engine = await self.engine()
+        audio = np.frombuffer(samples, dtype="<f4")
+        conditioning = await engine.voice_conditioning(audio)
+        voices = self.registry.path.parent / "voices"
+        wav, cached = voices / f"{name}.wav", voices / f"{name}.{engine.model_type}.safetensors"
+        await asyncio.to_thread(atomic_write, wav, encode_wav(audio, engine.sample_rate))
+        await asyncio.to_thread(atomic_write, cached, save({"audio_prompt": conditioning}))
+        return {"ref_audio": str(wav), "conditioning": str(cached), "conditioning_model": engine.model_id}
+
+    async def register_trained_voice(
+        self, name: str, files: dict[str, str], ref_text: str = "", language: Optional[str] = None
+    ) -> dict[str, Any]:
+        """Voice training's last stage: the voice in the registry, atomically (every replica
+        re-reads the file), with the conditioning `cache_conditioning` stored."""
+        entry = VoiceEntry(ref_text=ref_text, language=language, **files)
+        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
+        await asyncio.to_thread(self.registry.register, name, entry)
+        return {"name": name, "source": "registry", "model": files["conditioning_model"]}
+
     async def delete_voice(self, name: str) -> dict[str, Any]:
         self._registry_data(with_startup=False)
         entry = await asyncio.to_thread(self.registry.remove, name)
@@ -207,6 +234,8 @@ class TTSSlot(SlotReplica):
         audio = Path(entry.ref_audio)
         if audio.parent == managed:  # only files this server stored; never a user's own file
             audio.unlink(missing_ok=True)
+        if entry.conditioning and Path(entry.conditioning).parent == managed:
+            Path(entry.conditioning).unlink(missing_ok=True)
         return {"name": name, "deleted": True}
 
     def stats(self) -> dict:

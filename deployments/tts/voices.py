@@ -51,6 +51,8 @@ class Voice:
     ref_audio: Optional[Path] = None  # a reference recording for cloning
     ref_text: Optional[str] = None
     speed_factor: float = 1.0
+    conditioning: Optional[Path] = None  # computed once by voice training, for one model
+    conditioning_model: Optional[str] = None
 
 
 @dataclass
@@ -62,6 +64,9 @@ class VoiceEntry:
     aliases: list[str] = field(default_factory=list)
     language: Optional[str] = None
     source: str = "registry"  # "startup": TTS_REF_AUDIO's voice, never written to the file
+    # Voice training's cached conditioning (a .safetensors file) and the model it belongs to.
+    conditioning: Optional[str] = None
+    conditioning_model: Optional[str] = None
 
     @classmethod
     def from_json(cls, name: str, raw: Any) -> VoiceEntry:
@@ -76,6 +81,10 @@ class VoiceEntry:
             speed_factor=float(speed) if isinstance(speed, (int, float)) else 1.0,
             aliases=aliases,
             language=raw.get("language") if isinstance(raw.get("language"), str) else None,
+            conditioning=raw.get("conditioning") if isinstance(raw.get("conditioning"), str) else None,
+            conditioning_model=raw.get("conditioning_model")
+            if isinstance(raw.get("conditioning_model"), str)
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -86,6 +95,9 @@ class VoiceEntry:
             out["speed_factor"] = self.speed_factor
         if self.language:
             out["language"] = self.language
+        if self.conditioning:
+            out["conditioning"] = self.conditioning
+            out["conditioning_model"] = self.conditioning_model
         return out
 
 
@@ -257,6 +269,8 @@ def resolve_voice(
             ref_audio=registry.path_of(entry.ref_audio),
             ref_text=entry.ref_text or None,
             speed_factor=entry.speed_factor,
+            conditioning=registry.path_of(entry.conditioning) if entry.conditioning else None,
+            conditioning_model=entry.conditioning_model,
         )
     for preset in presets:
         if preset.lower() == name.lower():

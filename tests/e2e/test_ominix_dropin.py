@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from deployments.audio.encode import encode_wav
 from deployments.resources import reserve
 from tests.assertions import assert_openai_error, wait_for
 from tests.e2e.test_voices_api import tone_wav
@@ -127,3 +130,28 @@ def test_a_model_download_through_the_fake_hub_then_its_removal(dropin, hub):
     r = dropin.post("/v1/models/remove", json={"model_id": HUB_REPO})
     assert r.status_code == 200 and not (dropin.hub_cache / "models--acme--tiny-voice").exists()
     assert_openai_error(dropin.post("/v1/models/remove", json={"model_id": TINY_TTS}), 409, code="builtin_model")
+
+
+def test_a_trained_voice_is_spoken_by_name_on_every_replica(dropin):
+    # A cosine: loud at both ends, so the pipeline's silence trimming keeps every sample.
+    t = np.arange(2 * 24000) / 24000
+    reference = encode_wav((0.4 * np.cos(2 * np.pi * 260 * t)).astype(np.float32), 24000)
+    body = {"voice_name": "trained", "audio": base64.b64encode(reference).decode(), "transcript": "A low tone."}
+    r = dropin.post("/v1/voices/train", json=body)
+    assert r.status_code == 200, r.text
+    task_id = r.json()["task_id"]
+    with dropin.stream("GET", "/v1/voices/train/progress", params={"task_id": task_id}) as events:
+        stages = [json.loads(line[6:])["stage"] for line in events.iter_lines() if line.startswith("data: ")]
+    assert stages[-1] == "complete" and "failed" not in stages, stages
+    # the conditioning computed once and cached, with the model it belongs to
+    entry = json.loads((dropin.hub_cache.parent / "voices.json").read_text())["voices"]["trained"]
+    assert entry["conditioning_model"] == TINY_TTS and Path(entry["conditioning"]).is_file()
+    status = dropin.get("/v1/voices/train/status", params={"task_id": task_id}).json()
+    assert status["status"] == "complete" and status["progress"] == 1.0
+    assert "trained" in [v["name"] for v in dropin.get("/v1/voices").json()["voices"]]
+    # The cached conditioning speaks as cloning from the same reference does, on any replica.
+    text = {"input": "Hello there.", "response_format": "pcm"}
+    cloned = dropin.post("/v1/audio/speech", json={**text, "reference_audio": base64.b64encode(reference).decode()})
+    spoken = {dropin.post("/v1/audio/speech", json={**text, "voice": "trained"}).content for _ in range(6)}
+    assert spoken == {cloned.content}
+    assert_openai_error(dropin.post("/v1/voices/train", json={**body, "audio": "%%%"}), 400, param="audio")
