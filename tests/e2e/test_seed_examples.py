@@ -45,7 +45,7 @@ for suffix in ("--data-binary @chunk.pcm", "?finish=1", "-X DELETE"):
 
 # Longer than a test may take on a 2-core CPU: a 1024x1024 image (4x the pixels of the
 # 512x512 examples, 16x the attention) ran past 600 s there under load, so its 2xx is not
-# verified on that machine. Run with OMINIX_SLOW_EXAMPLES=1 (on a Mac: seconds).
+# verified on that machine. Run with OMINIX_SLOW_EXAMPLES=1.
 SLOW_ON_CPU = {("000", '"size": "1024x1024"')}
 
 README_VOICES = {"doubao": [], "luoxiang": ["luo"], "marc": []}
