@@ -123,10 +123,14 @@ class DownloadManager:
         with self._lock:
             return [t.event() for t in self.tasks.values() if model_id in (None, t.model_id)]
 
-    async def watch(self, model_id: Optional[str] = None, poll_s: float = 0.25) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self, model_id: Optional[str] = None, poll_s: float = 0.25, keepalive_s: float = 10.0
+    ) -> AsyncIterator[Optional[dict[str, Any]]]:
         """The current state of each watched task first (a late client sees where it is), then
-        every change, until every watched task is complete."""
+        every change, until every watched task is complete; `None` after `keepalive_s` without
+        one (a keep-alive: a stalled download keeps its stream open)."""
         seen: dict[str, int] = {}
+        quiet = 0.0
         while True:
             with self._lock:
                 tasks = [t for t in self.tasks.values() if model_id in (None, t.model_id)]
@@ -139,6 +143,10 @@ class DownloadManager:
                 yield event
             if done:
                 return
+            quiet = 0.0 if events else quiet + poll_s
+            if quiet >= keepalive_s:
+                quiet = 0.0
+                yield None
             await asyncio.sleep(poll_s)
 
     # ------------------------------------------------------------------ the worker's side

@@ -207,3 +207,15 @@ async def test_audio_that_cannot_be_used_fails_the_job_with_the_reason(http):
 async def test_a_tts_model_without_a_reference_encoder_is_a_400(slots, http):
     slots["tts"].answers["describe"] = lambda model=None: {**fakes.tts_facts(), "model_type": "kokoro"}
     assert_openai_error(await http.post("/v1/voices/train", json=body()), 400, code="training_unsupported")
+
+
+async def test_a_quiet_job_sends_keep_alives(http, state, recorder):
+    recorder.delay_s = 30
+    task_id = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    seen = []
+    async for event in state.voice_training().watch(task_id, poll_s=0.01, keepalive_s=0.05):
+        seen.append(event)
+        if seen.count(None) == 2:
+            break
+    assert seen[0]["task_id"] == task_id and seen.count(None) == 2
+    await http.post("/v1/voices/train/cancel", params={"task_id": task_id})

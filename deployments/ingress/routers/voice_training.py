@@ -9,18 +9,16 @@ from collections.abc import AsyncIterator
 from typing import Literal, Optional
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, field_validator
 
 from deployments.ingress.errors import validate_body
+from deployments.ingress.responses import sse_response
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.b64 import decode_base64_field
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.sse import SSE_HEADERS, SSE_MEDIA_TYPE, sse_data
 from deployments.training.jobs import VOICE_NAME
 
 router = APIRouter(tags=["voices"])
-KEEP_ALIVE = b": keep-alive\n\n"
 
 
 class TrainRequest(BaseModel):
@@ -81,12 +79,12 @@ async def training_progress(task_id: str = Query(...), state: IngressState = Dep
     events = state.voice_training().watch(task_id)
     first = await anext(events)  # an unknown task is a 404 before the stream opens
 
-    async def body() -> AsyncIterator[bytes]:
-        yield sse_data(first)
+    async def all_events() -> AsyncIterator[dict | None]:
+        yield first
         async for event in events:
-            yield KEEP_ALIVE if event is None else sse_data(event)
+            yield event
 
-    return StreamingResponse(body(), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS)
+    return sse_response(all_events(), end=b"")
 
 
 @router.post("/v1/voices/train/cancel")

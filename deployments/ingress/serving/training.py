@@ -87,9 +87,9 @@ class VoiceTraining:
             task.cancel()
         return {"status": "success", "message": f"Training task '{task_id}' cancelled"}
 
-    async def watch(self, task_id: str, poll_s: float = 0.1):
+    async def watch(self, task_id: str, poll_s: float = 0.1, keepalive_s: float = 10.0):
         """The job's current state first (a late client sees where it is), then each change,
-        until the final one. `None` now and then: time for a keep-alive."""
+        until the final one; `None` after `keepalive_s` without one (a keep-alive)."""
         job, seen, idle = self.job(task_id), -1, 0.0
         while True:
             if job.version != seen:
@@ -97,7 +97,7 @@ class VoiceTraining:
                 yield event
                 if event["is_complete"]:  # as sent: the job may have moved on while we yielded
                     return
-            elif idle >= 10.0:
+            elif idle >= keepalive_s:
                 idle = 0.0
                 yield None
             await asyncio.sleep(poll_s)

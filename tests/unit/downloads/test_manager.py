@@ -104,3 +104,20 @@ def test_a_failure_mid_file_removes_the_partial_blob_of_a_repo_already_cached(ma
     assert _finished(manager)["state"] == "cancelled"
     blobs = tmp_path / "hub" / "models--acme--tiny-model" / "blobs"
     assert blobs.exists() and not list(blobs.glob("*.incomplete"))
+
+
+def test_a_stalled_download_sends_keep_alives(manager, hub):
+    hub.bytes_per_s = 20_000  # minutes for the weights
+    manager.start(REPO)
+
+    async def first_events():
+        seen = []
+        async for event in manager.watch(REPO, poll_s=0.01, keepalive_s=0.1):
+            seen.append(event)
+            if None in seen:
+                return seen
+
+    seen = asyncio.run(first_events())
+    assert seen[0]["model_id"] == REPO and seen[-1] is None
+    manager.cancel(REPO)
+    assert _finished(manager)["state"] == "cancelled"
