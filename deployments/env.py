@@ -61,6 +61,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("QWEN3_TTS_MODEL_DIR", "tts.default_model", "OminiX-API's name for TTS_MODEL (TTS_MODEL wins)"),
     EnvVar("VOICES_CONFIG", "tts.voices_config", "The voice registry file (OminiX voices.json)", "path"),
     EnvVar("TTS_VOICES_DIR", "tts.voices_dir", "Audio files requests may name as voices", "path"),
+    EnvVar("TTS_REF_AUDIO", "tts.ref_audio", "Reference recording: the default voice of every TTS replica", "path"),
     EnvVar("IMAGE_MODEL", "image.default_model", "The image slot's default model (or `flux`, `zimage`)"),
     EnvVar("EMBEDDINGS_MODEL", "embeddings.default_model", "The embeddings slot's default model"),
     EnvVar("VLM_MODEL", "vlm.default_model", "The VLM slot's default model (OminiX-API's name)"),

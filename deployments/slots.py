@@ -130,6 +130,7 @@ SLOTS: dict[str, Slot] = {
                 # Streaming sessions: one PCM chunk per request (at most stream_max_chunk_s).
                 Route("/v1/audio/stream/", 2 * MiB, 300.0, card=False),
                 Route("/v1/realtime", 1 * MiB, None, card=False),  # a WebSocket: its own idle timeout
+                Route("/v1/audio/asr/", 10 * MiB, 1800.0, card=False),  # OminiX-API's per-family routes
             ),
             engine=Engine(
                 "mlx-audio-stt",
@@ -149,7 +150,10 @@ SLOTS: dict[str, Slot] = {
             routes=(
                 Route("/v1/audio/speech", 10 * MiB, 600.0),
                 Route("/v1/audio/speech/clone", 10 * MiB, 600.0),
+                Route("/v1/audio/tts/", 10 * MiB, 600.0, card=False),  # OminiX-API's per-family routes
                 Route("/ws/v1/tts", 1 * MiB, None),  # WebSockets have their own idle timeout
+                Route("/v1/voices/train/progress", 64 * 1024, None, card=False),  # SSE, as long as the job
+                Route("/v1/voices/train", 50 * MiB, 60.0, card=False),  # OminiX-API's cap
                 Route("/v1/voices", 10 * MiB, 60.0, card=False),
             ),
             engine=Engine(
@@ -227,6 +231,7 @@ GENERAL_ROUTES = (
     Route("/v1/models/unload", 64 * 1024, 30.0),
     # The voice agent (LLM -> TTS): a whole answer spoken, as long as the slower of the two.
     Route("/v1/agent/stream", 1 * MiB, 600.0),
+    Route("/v1/models/download/progress", 64 * 1024, None),  # an SSE stream as long as the download
     Route("/ws/", 1 * MiB, None),
     Route("", 1 * MiB, 60.0),
 )

@@ -98,6 +98,7 @@ class GraphArgsBase(BaseModel):
             api_key_hashes=[hash_key(k) for k in sec.api_keys],
             cors_origins=cors,
             max_concurrent_requests=sec.max_concurrent_requests,
+            state_dir=str(self.resolved_cache_dir() / "ingress"),
         )
         return settings if cuda_route is None else _with_cuda_route(settings, cuda_route)
 

@@ -3,6 +3,7 @@
 import pytest
 
 from deployments import blas
+from tests.fake_hub import hub  # noqa: F401 (a fake Hugging Face hub serving TINY_REPO)
 
 # The unit tests run engines in this process: multiply with the same BLAS a slot replica picks
 # (deployments/slot_replica.py) before any test imports mlx.

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 from typing import Any, Optional
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.loopback import LoopbackServer, free_port  # noqa: F401 (free_port: used by tests)
 
 PROTOCOL = "ominix.worker.v0"
 BEHAVIOURS = {
@@ -54,24 +53,13 @@ BEHAVIOURS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class FakeWorker(LoopbackServer):
+    name = "fake-worker"
 
-
-class FakeWorker:
     def __init__(self, token: str = "test-token", served_model: str = "Qwen/Qwen3-8B-served"):
         self.token = token
         self.served_model = served_model
-        self.port = free_port()
-        self.reset()
-        self._server: Optional[uvicorn.Server] = None
-        self._thread: Optional[threading.Thread] = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__()
 
     def reset(self) -> None:
         """Back to a healthy worker with empty records."""
@@ -82,26 +70,6 @@ class FakeWorker:
         self.aborts: list[dict[str, Any]] = []
         self.unauthorized = 0
         self.streams_closed_early = 0
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def start(self) -> FakeWorker:
-        config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="fake-worker", daemon=True)
-        self._thread.start()
-        deadline = time.time() + 10
-        while not self._server.started:
-            if time.time() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake worker did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-            self._server = None
 
     def wait_for_abort(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         deadline = time.time() + timeout

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, field_validator
 
 from deployments.asr.tiny_model import TINY_WHISPER_ID
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
-from deployments.control.policy import SlotModelsConfig
+from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.diarization.config import DEFAULT_THRESHOLD, DiarizationConfig
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,15 @@ MODE_ALIASES = {
 }
 DEFAULT_MODE = "conversational"
 
+# OminiX-API's ASR families (and MiniInfer's) -> a pattern their model ids match. The two with a
+# route of their own (/v1/audio/asr/qwen3, /v1/audio/asr/paraformer) need a model of the family.
+FAMILIES = {
+    "qwen3-asr": r"qwen3[-_]?asr",
+    "paraformer": r"paraformer",
+    "sensevoice": r"sensevoice",
+    "fireredasr2": r"firered",
+}
+
 
 def parse_mode(value: Optional[str]) -> str:
     """A preset name from a mode or alias (trimmed, case-insensitive); unknown -> default."""
@@ -62,6 +71,11 @@ def effective_batching(mode: str, max_batch: Optional[int]) -> BatchingMode:
 
 
 class ASRSlotConfig(SlotModelsConfig):
+    families: ClassVar[dict[str, str]] = FAMILIES
+    aliases: dict[str, str] = Field(
+        default_factory=lambda: dict.fromkeys(FAMILIES, SLOT_DEFAULT),
+        description="Other names requests may use as `model` (OminiX-API's paraformer, qwen3-asr, sensevoice) -> an allowed id or `default`",
+    )
     default_model: str = Field(
         WHISPER_TINY_EN_ID, description="Served when a request names no model; loaded at start-up"
     )

@@ -7,13 +7,12 @@ branch); merge this into it when both land. No Ray, no MLX.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 
 import numpy as np
 
 from deployments.audio.encode import resample
+from deployments.protocol.b64 import decode_base64_field
 
 MAX_REFERENCE_BYTES = 10 * 1024 * 1024  # OminiX-API's clone form limit
 MIN_REFERENCE_SECONDS = 0.1
@@ -25,12 +24,10 @@ class BadReferenceAudio(ValueError):
 
 
 def decode_base64(data: str) -> bytes:
-    """Base64 (optionally a `data:audio/...;base64,` URL) -> bytes."""
-    if data.startswith("data:") and "," in data:
-        data = data.split(",", 1)[1]
+    """Base64 (optionally a `data:audio/...;base64,` URL, or wrapped in lines) -> bytes."""
     try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
+        return decode_base64_field(data)
+    except ValueError:
         raise BadReferenceAudio("reference_audio is not valid base64") from None
 
 

@@ -17,6 +17,7 @@ from deployments.ingress.middleware import (
 from deployments.ingress.routers import (
     agent,
     audio_diarization,
+    audio_families,
     audio_speech,
     audio_stream,
     audio_transcriptions,
@@ -27,19 +28,22 @@ from deployments.ingress.routers import (
     images,
     metrics,
     model_admin,
+    model_catalog,
     models,
     pages,
     realtime,
     vlm,
+    voice_training,
     voices,
     ws_tts,
 )
 from deployments.ingress.state import IngressState
 
-# model_admin before models: /v1/models/status must not match /v1/models/{model_id}.
+# model_admin and model_catalog before models: /v1/models/status must not match /v1/models/{model_id}.
 ROUTERS = (
     health,
     model_admin,
+    model_catalog,
     models,
     chat,
     completions,
@@ -48,6 +52,8 @@ ROUTERS = (
     audio_diarization,
     audio_stream,
     audio_speech,
+    audio_families,
+    voice_training,
     voices,
     ws_tts,
     realtime,

@@ -6,8 +6,6 @@ multipart form or a query string, and the known speakers' reference clips (OpenA
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -15,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from deployments.audio.decode import AudioDecodeError, decode_audio
+from deployments.protocol.b64 import decode_base64_field
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import SpeakerOptions
 
@@ -52,8 +51,8 @@ def data_url_bytes(text: str, param: str) -> bytes:
         if not sep or not header.endswith(";base64"):
             raise invalid_request(f"{param} must be base64 data URLs (data:audio/...;base64,...).", param)
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        return decode_base64_field(text)
+    except ValueError:
         raise invalid_request(f"{param} holds an entry that is not valid base64.", param) from None
 
 

@@ -3,6 +3,11 @@
 Routing is by exact model id; an id that no slot allows is a 404 before any slot is called
 (mlx-lm's server loads whatever a request names, which is a known complaint). A request that
 names no model goes to the slot's current default, which operators can change at runtime.
+
+A slot's aliases (OminiX-API's family names: `qwen3`, `paraformer`, `flux`, ...) are the one
+exception: each names an allowed model, or the slot's default (its target is `default` or not
+allowed here), so an OminiX-API client's `"model": "qwen3"` is served and never reaches a model
+outside the allow-list. Responses echo the model that served, not the alias.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deployments.control.policy import check_model_allowed
+from deployments.control.policy import SLOT_DEFAULT, check_model_allowed
 from deployments.protocol.errors import APIError, model_not_found
 from deployments.protocol.openai import ModelCard
 from deployments.slots import SLOTS
@@ -33,8 +38,18 @@ def slot_disabled(name: str) -> APIError:
 class SlotModels:
     models: list[str]  # the configured allow-list, the configured default first
     models_dir: Optional[str] = None
-    aliases: dict[str, str] = field(default_factory=dict)  # short name (lower case) -> model id
+    aliases: dict[str, str] = field(default_factory=dict)  # name (lower case) -> model id or "default"
     options: dict = field(default_factory=dict)  # what the slot's routes check first (the VLM's image limits)
+    families: dict[str, list[str]] = field(default_factory=dict)  # OminiX family -> its allowed models
+
+    @property
+    def default(self) -> str:
+        return self.models[0]
+
+    def alias_target(self, name: str) -> Optional[str]:
+        """The model an alias names (None: the slot's default); KeyError if `name` is no alias."""
+        target = self.aliases[name.lower()]
+        return target if target != SLOT_DEFAULT and target in self.models else None
 
 
 @dataclass
@@ -51,14 +66,39 @@ class ModelCatalog:
             raise slot_disabled(slot)
         if not model:
             return None
-        model = self.canonical(slot, model)
+        spec = self.slots[slot]
+        if model not in spec.models and model.lower() in spec.aliases:
+            return spec.alias_target(model)
         self.check_loadable(slot, model, not_found=True)
         return model
 
     def canonical(self, slot: str, model: str) -> str:
-        """The model id behind an alias (OminiX-API's image names `flux`, `zimage`), else `model`."""
+        """The model id behind an alias (the configured default for a `default` one), else `model`."""
         spec = self.slots.get(slot)
-        return spec.aliases.get(model.lower(), model) if spec else model
+        if spec is None or model in spec.models or model.lower() not in spec.aliases:
+            return model
+        return spec.alias_target(model) or spec.default
+
+    def family(self, slot: str, family: str) -> str:
+        """The model an OminiX-API family route (/v1/audio/tts/qwen3, ...) runs: an allowed
+        model of that family, else 404 model_not_found. Never the slot's default in its stead:
+        the route promises that family's behaviour (its voices, its cloning)."""
+        if slot not in self.slots:
+            raise slot_disabled(slot)
+        spec = self.slots[slot]
+        models = spec.families.get(family, [])
+        if models:
+            return models[0]
+        raise APIError(
+            404,
+            f"No {family} model is configured in this graph, so this route is not served: the "
+            f"{SLOTS[slot].label} slot allows {', '.join(spec.models)} (none is {family}). Allow one "
+            f"(e.g. {slot}.models) and name it in {slot}.aliases.{family}, or use "
+            f"{SLOTS[slot].routes[0].prefix} with any of those.",
+            "invalid_request_error",
+            "model",
+            "model_not_found",
+        )
 
     def ids(self, slot: str) -> list[str]:
         spec = self.slots.get(slot)
@@ -78,13 +118,21 @@ class ModelCatalog:
         return [m for spec in self.slots.values() for m in spec.models]
 
     def cards(self, loaded: dict[str, set[str]] | None = None) -> list[ModelCard]:
+        """The models, then the aliases (with the model each names, as configured)."""
         loaded = loaded or {}
         ids = {
             slot: list(dict.fromkeys([*spec.models, *sorted(loaded.get(slot, ()))]))
             for slot, spec in self.slots.items()
         }
-        return [
+        models = [
             ModelCard(id=m, type=slot, endpoints=SLOTS[slot].endpoints(), loaded=m in loaded.get(slot, set()))
             for slot, models in ids.items()
             for m in models
         ]
+        aliases = [
+            ModelCard(id=name, type=slot, endpoints=SLOTS[slot].endpoints(), alias_of=self.canonical(slot, name))
+            for slot, spec in self.slots.items()
+            for name in spec.aliases
+            if name not in spec.models
+        ]
+        return models + aliases

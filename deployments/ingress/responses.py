@@ -15,13 +15,17 @@ def json_response(model: BaseModel, status_code: int = 200) -> JSONResponse:
     return JSONResponse(model.model_dump(mode="json"), status_code=status_code)
 
 
-def sse_response(events: AsyncIterator[BaseModel | dict], end: bytes = SSE_DONE) -> StreamingResponse:
-    """Frame events as SSE, then `end` ([DONE]); a failure mid-stream becomes an error event."""
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
+def sse_response(events: AsyncIterator[BaseModel | dict | None], end: bytes = SSE_DONE) -> StreamingResponse:
+    """Frame events as SSE, then `end` ([DONE]); a failure mid-stream becomes an error event.
+    A `None` event is a keep-alive comment (long streams that may stay quiet: jobs, downloads)."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
             async for event in events:
-                yield sse_data(event)
+                yield KEEP_ALIVE if event is None else sse_data(event)
         except Exception as e:  # headers are gone: report inside the stream
             yield sse_data(from_exception(e).body())
         yield end

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import logging
 from collections.abc import AsyncIterator
+from typing import Optional
 
 import numpy as np
 from fastapi.responses import Response, StreamingResponse
@@ -34,7 +35,7 @@ class SpeechStream:
         self.sample_rate: int = stream.first.sample_rate
 
     @classmethod
-    async def open(cls, state: IngressState, params: SynthesisParams, model: str) -> SpeechStream:
+    async def open(cls, state: IngressState, params: SynthesisParams, model: Optional[str]) -> SpeechStream:
         stream = await state.slot("tts").stream("synthesize", params, model=model)
         if stream.first is None:
             raise server_error("The TTS slot ended the synthesis without a response")

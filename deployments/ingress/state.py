@@ -28,6 +28,8 @@ class IngressState:
     control: Optional[Any] = None  # DeploymentClient of the Control deployment
     cuda: Optional[Any] = None  # DeploymentClient of the CUDA proxy, when a route is configured
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)
+    downloads: Optional[Any] = None  # the DownloadManager (deployments/downloads), made on first use
+    training: Optional[Any] = None  # VoiceTraining (ingress/serving/training.py), made on first use
 
     def slot(self, name: str) -> Any:
         """The slot's client; a slot this graph does not run answers `slot_disabled`."""
@@ -35,6 +37,21 @@ class IngressState:
         if client is None:
             raise slot_disabled(name)
         return client
+
+    def download_manager(self) -> Any:
+        if self.downloads is None:
+            from deployments.downloads.manager import DownloadManager
+
+            self.downloads = DownloadManager()  # huggingface_hub's cache and endpoint (HF_ENDPOINT)
+        return self.downloads
+
+    def voice_training(self) -> Any:
+        if self.training is None:
+            from deployments.hub import default_cache_dir
+            from deployments.ingress.serving.training import VoiceTraining
+
+            self.training = VoiceTraining(self.settings.state_dir or default_cache_dir() / "ingress")
+        return self.training
 
     def control_plane(self) -> Any:
         if self.control is None:

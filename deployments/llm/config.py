@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from deployments.control.policy import SlotModelsConfig
+from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.llm.smollm2 import SMOLLM2_ID
 from deployments.llm.tiny_model import TINY_LLM_ID
+
+# OminiX-API's LLM families (its README's `"model": "qwen3"`): names for whatever the slot serves.
+OMINIX_FAMILIES = ("qwen3", "mistral", "glm")
 
 
 class LLMSlotConfig(SlotModelsConfig):
     default_model: str = Field(SMOLLM2_ID, description="Served when a request names no model; loaded at start-up")
+    aliases: dict[str, str] = Field(
+        default_factory=lambda: dict.fromkeys(OMINIX_FAMILIES, SLOT_DEFAULT),
+        description="Other names requests may use as `model` (OminiX-API's qwen3, mistral, glm) -> an allowed id or `default`",
+    )
     # The random-weight tiny model stays servable by name: tests that need a code path, not
     # an answer, run it ~40x faster.
     models: list[str] = Field(

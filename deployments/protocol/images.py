@@ -8,11 +8,11 @@ offers (seed, steps, guidance, negative_prompt). No Ray, no MLX, no image librar
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Literal, Optional
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from deployments.protocol.b64 import decode_base64_field
 
 # FLUX.2 and Z-Image latents are 1/8 of the image, packed 2x2: sides must be multiples of 16.
 SIZE_MULTIPLE = 16
@@ -42,11 +42,9 @@ def parse_size(size: str) -> tuple[int, int]:
 
 def decode_image_base64(data: str) -> bytes:
     """Base64 (optionally a `data:image/...;base64,` URL) -> bytes; ValueError if it is not."""
-    if data.startswith("data:") and "," in data:
-        data = data.split(",", 1)[1]
     try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
+        raw = decode_base64_field(data)
+    except ValueError:
         raise ValueError("image is not valid base64") from None
     if not raw:
         raise ValueError("image is empty")

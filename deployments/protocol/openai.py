@@ -320,6 +320,7 @@ class ModelCard(BaseModel):
     type: str
     endpoints: list[str] = []
     loaded: bool = False  # on at least one replica of its slot
+    alias_of: Optional[str] = None  # an alias (OminiX-API's family names): the model it names
 
 
 class ModelList(BaseModel):

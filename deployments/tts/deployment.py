@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 from ray import serve
 
 from deployments.audio.encode import encode_wav
@@ -36,6 +37,8 @@ from deployments.tts.voices import (
     check_voice_name,
     list_voices,
     resolve_voice,
+    startup_voice_name,
+    with_startup_voice,
 )
 
 logger = logging.getLogger("ray.serve")
@@ -56,6 +59,20 @@ class TTSSlot(SlotReplica):
     async def setup(self) -> None:
         self.registry = VoiceRegistry(registry_path(self.config, self.cache_dir))
         self.voices_dir = Path(self.config.voices_dir).expanduser() if self.config.voices_dir else None
+        self.startup_voice = await self._startup_voice()
+
+    async def _startup_voice(self) -> Optional[Path]:
+        """TTS_REF_AUDIO: checked once here (a replica that cannot use it does not start)."""
+        if not self.config.ref_audio:
+            return None
+        path = Path(self.config.ref_audio).expanduser().resolve()
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+            await asyncio.to_thread(read_reference, data, 24000)
+        except (OSError, BadReferenceAudio) as e:
+            raise RuntimeError(f"TTS_REF_AUDIO / tts.ref_audio {path}: cannot use it as a voice: {e}") from None
+        logger.info("Default voice %s from TTS_REF_AUDIO %s", startup_voice_name(path), path)
+        return path
 
     async def start_engine(self, model_id: str, model_dir: Path) -> TTSEngine:
         return await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
@@ -98,6 +115,8 @@ class TTSSlot(SlotReplica):
             voice = self._resolve(engine, params.voice)
             if voice.preset is not None:
                 job.preset = voice.preset
+            elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
+                job.conditioning = voice.conditioning  # trained for this model: no encoding
             else:
                 job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
                 job.ref_text = voice.ref_text
@@ -110,11 +129,14 @@ class TTSSlot(SlotReplica):
         except VoiceNotFound as e:
             raise APIError(404, str(e), "invalid_request_error", "voice", "voice_not_found") from None
 
-    def _registry_data(self):
+    def _registry_data(self, with_startup: bool = True):
         try:
-            return self.registry.data()
+            data = self.registry.data()
         except RegistryError as e:
             raise server_error(f"The voice registry {self.registry.path} is malformed: {e}") from None
+        if with_startup and self.startup_voice is not None:
+            return with_startup_voice(data, self.startup_voice, self.config.ref_text)
+        return data
 
     @staticmethod
     async def _reference(data: bytes, sample_rate: int, param: str):
@@ -173,12 +195,36 @@ class TTSSlot(SlotReplica):
         path = self.registry.path.parent / "voices" / f"{name}.wav"
         await asyncio.to_thread(atomic_write, path, encode_wav(samples, engine.sample_rate))
         entry = VoiceEntry(ref_audio=str(path), ref_text=ref_text, aliases=list(aliases or []), language=language)
-        self._registry_data()  # refuse to overwrite a malformed file
+        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
         await asyncio.to_thread(self.registry.register, name, entry)
         return {"name": name, "aliases": entry.aliases, "source": "registry"}
 
+    async def cache_conditioning(self, name: str, samples: bytes) -> dict[str, Any]:
+        """Voice training: the model's conditioning for a reference (float32 mono at the model's
+        rate), computed once and cached next to the registry with the reference itself."""
+        from safetensors.numpy import save
+
+        engine = await self.engine()
+        audio = np.frombuffer(samples, dtype="<f4")
+        conditioning = await engine.voice_conditioning(audio)
+        voices = self.registry.path.parent / "voices"
+        wav, cached = voices / f"{name}.wav", voices / f"{name}.{engine.model_type}.safetensors"
+        await asyncio.to_thread(atomic_write, wav, encode_wav(audio, engine.sample_rate))
+        await asyncio.to_thread(atomic_write, cached, save({"audio_prompt": conditioning}))
+        return {"ref_audio": str(wav), "conditioning": str(cached), "conditioning_model": engine.model_id}
+
+    async def register_trained_voice(
+        self, name: str, files: dict[str, str], ref_text: str = "", language: Optional[str] = None
+    ) -> dict[str, Any]:
+        """Voice training's last stage: the voice in the registry, atomically (every replica
+        re-reads the file), with the conditioning `cache_conditioning` stored."""
+        entry = VoiceEntry(ref_text=ref_text, language=language, **files)
+        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
+        await asyncio.to_thread(self.registry.register, name, entry)
+        return {"name": name, "source": "registry", "model": files["conditioning_model"]}
+
     async def delete_voice(self, name: str) -> dict[str, Any]:
-        self._registry_data()
+        self._registry_data(with_startup=False)
         entry = await asyncio.to_thread(self.registry.remove, name)
         if entry is None:
             raise APIError(
@@ -188,6 +234,8 @@ class TTSSlot(SlotReplica):
         audio = Path(entry.ref_audio)
         if audio.parent == managed:  # only files this server stored; never a user's own file
             audio.unlink(missing_ok=True)
+        if entry.conditioning and Path(entry.conditioning).parent == managed:
+            Path(entry.conditioning).unlink(missing_ok=True)
         return {"name": name, "deleted": True}
 
     def stats(self) -> dict:

@@ -14,6 +14,7 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -48,6 +49,14 @@ class SpeechJob(Message):
     speed: float = 1.0
     language: Optional[str] = None
     instruct: Optional[str] = None
+    conditioning: Optional[Path] = None  # a voice's cached conditioning (pocket_tts .safetensors)
+
+
+@dataclass(eq=False)
+class ConditioningJob(Message):
+    """A voice's conditioning from its reference, computed once (voice training)."""
+
+    audio: np.ndarray  # float32 mono at the model's rate
 
 
 @dataclass
@@ -117,6 +126,11 @@ class TTSEngine(EngineThread[SpeechJob]):
         if self.model_type == "kokoro":
             model_hooks.check_kokoro_language(self.model_id, job.language)
 
+    def voice_conditioning(self, audio: np.ndarray) -> asyncio.Future:
+        """The model's conditioning for a reference (float32 array), as its reference encoder
+        computes it before every cloned synthesis: a voice trained once skips that step."""
+        return self.submit(ConditioningJob(audio=audio))
+
     def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
         """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
         Closing the iterator early stops the synthesis after the current chunk."""
@@ -145,7 +159,9 @@ class TTSEngine(EngineThread[SpeechJob]):
             time.perf_counter() - t0,
         )
 
-    def _handle(self, job: SpeechJob) -> None:
+    def _handle(self, job: SpeechJob | ConditioningJob) -> Optional[np.ndarray]:
+        if isinstance(job, ConditioningJob):
+            return self._conditioning(job.audio)
         self.stats.jobs += 1
         self.stats.active += 1
         try:
@@ -165,6 +181,26 @@ class TTSEngine(EngineThread[SpeechJob]):
         finally:
             self.stats.active -= 1
 
+    def _conditioning(self, audio: np.ndarray) -> np.ndarray:
+        import mlx.core as mx
+
+        # pocket_tts's reference encoder (mlx-audio's `_encode_audio`: Mimi latents projected
+        # to the flow model's width), on the reference as its `generate` would cut it.
+        encode = getattr(self._model, "_encode_audio", None) if self.model_type == "pocket_tts" else None
+        if encode is None:
+            raise invalid_request(
+                f"Model '{self.model_id}' ({self.model_type}) has no reference encoder to train a voice for; "
+                "voice training runs on pocket_tts models",
+                "model",
+                "training_unsupported",
+            )
+        limit = getattr(self._model.config, "audio_prompt_max_duration", None)
+        if limit:
+            audio = audio[: int(limit * self.sample_rate)]
+        prompt = encode(mx.array(audio, dtype=mx.float32)[None, None, :])
+        mx.eval(prompt)
+        return np.array(prompt, dtype=np.float32)
+
     def _generate_kwargs(self, job: SpeechJob) -> dict[str, Any]:
         import mlx.core as mx
 
@@ -172,7 +208,9 @@ class TTSEngine(EngineThread[SpeechJob]):
         kwargs: dict[str, Any] = {"verbose": False}
         if caps.stream:
             kwargs.update(stream=True, streaming_interval=self.streaming_interval_s)
-        if job.ref_audio is not None:
+        if job.conditioning is not None:  # pocket_tts loads a .safetensors voice by path
+            kwargs["voice"] = str(job.conditioning)
+        elif job.ref_audio is not None:
             kwargs["ref_audio"] = mx.array(job.ref_audio)
             if job.ref_text and caps.ref_text:
                 kwargs["ref_text"] = job.ref_text

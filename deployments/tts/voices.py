@@ -51,6 +51,8 @@ class Voice:
     ref_audio: Optional[Path] = None  # a reference recording for cloning
     ref_text: Optional[str] = None
     speed_factor: float = 1.0
+    conditioning: Optional[Path] = None  # computed once by voice training, for one model
+    conditioning_model: Optional[str] = None
 
 
 @dataclass
@@ -61,6 +63,10 @@ class VoiceEntry:
     speed_factor: float = 1.0
     aliases: list[str] = field(default_factory=list)
     language: Optional[str] = None
+    source: str = "registry"  # "startup": TTS_REF_AUDIO's voice, never written to the file
+    # Voice training's cached conditioning (a .safetensors file) and the model it belongs to.
+    conditioning: Optional[str] = None
+    conditioning_model: Optional[str] = None
 
     @classmethod
     def from_json(cls, name: str, raw: Any) -> VoiceEntry:
@@ -75,6 +81,10 @@ class VoiceEntry:
             speed_factor=float(speed) if isinstance(speed, (int, float)) else 1.0,
             aliases=aliases,
             language=raw.get("language") if isinstance(raw.get("language"), str) else None,
+            conditioning=raw.get("conditioning") if isinstance(raw.get("conditioning"), str) else None,
+            conditioning_model=raw.get("conditioning_model")
+            if isinstance(raw.get("conditioning_model"), str)
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +95,9 @@ class VoiceEntry:
             out["speed_factor"] = self.speed_factor
         if self.language:
             out["language"] = self.language
+        if self.conditioning:
+            out["conditioning"] = self.conditioning
+            out["conditioning_model"] = self.conditioning_model
         return out
 
 
@@ -256,6 +269,8 @@ def resolve_voice(
             ref_audio=registry.path_of(entry.ref_audio),
             ref_text=entry.ref_text or None,
             speed_factor=entry.speed_factor,
+            conditioning=registry.path_of(entry.conditioning) if entry.conditioning else None,
+            conditioning_model=entry.conditioning_model,
         )
     for preset in presets:
         if preset.lower() == name.lower():
@@ -264,6 +279,22 @@ def resolve_voice(
     if path is not None:
         return Voice(name=name, source="file", ref_audio=path)
     raise VoiceNotFound(name, available_names(registry, presets))
+
+
+def with_startup_voice(registry: RegistryData, path: Path, ref_text: Optional[str]) -> RegistryData:
+    """The registry as requests see it with TTS_REF_AUDIO set: its recording is a voice named
+    after the file (`reference` for reference.wav), and the default voice. Every replica adds
+    it in memory at start-up; the file on disk stays as the operator wrote it."""
+    name = startup_voice_name(path)
+    entry = VoiceEntry(ref_audio=str(path), ref_text=ref_text or "", source="startup")
+    voices = {key: v for key, v in registry.voices.items() if key.lower() != name.lower()}
+    return RegistryData(default_voice=name, models_base_path=registry.models_base_path, voices={**voices, name: entry})
+
+
+def startup_voice_name(path: Path) -> str:
+    """A valid voice name from the file's stem (other characters become '_')."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).stem).lstrip("_.-")[:64] or "reference"
+    return "reference" if stem.lower() in DEFAULT_VOICE_NAMES else stem
 
 
 def available_names(registry: RegistryData, presets: list[str]) -> list[str]:
@@ -277,7 +308,7 @@ def list_voices(registry: RegistryData, presets: list[str]) -> dict[str, Any]:
     voices: list[dict[str, Any]] = []
     for name in sorted(registry.voices):
         entry = registry.voices[name]
-        item: dict[str, Any] = {"name": name, "aliases": entry.aliases, "source": "registry"}
+        item: dict[str, Any] = {"name": name, "aliases": entry.aliases, "source": entry.source}
         if entry.language:
             item["language"] = entry.language
         voices.append(item)

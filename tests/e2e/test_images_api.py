@@ -113,9 +113,12 @@ def test_sdk_sees_errors_and_unknown_models(client):
         client.images.generate(model="no/such-model", prompt="x", size="32x32")
 
 
-def test_alias_of_a_model_not_configured_is_a_404(http):
-    # `flux` names black-forest-labs/FLUX.2-klein-4B, which the default config does not serve.
-    assert_openai_error(generate(http, model="flux"), 404, param="model")
+def test_an_alias_of_a_model_not_allowed_names_the_default(http):
+    # `flux` names black-forest-labs/FLUX.2-klein-4B, which the default config does not allow:
+    # OminiX-API's clients get the slot's model, never that repo (docs/api/models.md#aliases).
+    r = generate(http, model="flux")
+    assert r.status_code == 200 and r.json()["model"] == TINY
+    assert_openai_error(generate(http, model="black-forest-labs/FLUX.2-klein-4B"), 404, param="model")
 
 
 def test_listed_with_slot_image_and_under_the_control_plane(http):

@@ -21,7 +21,9 @@ def chat(client, **kw):
 def test_models_list(client):
     models = client.models.list()
     llm_cards = [m for m in models.data if m.model_extra["type"] == "llm"]  # other slots list theirs
-    assert [m.id for m in llm_cards] == [DEFAULT, MODEL]  # the default first, then the allow-list
+    # the default first, then the allow-list, then OminiX-API's family names naming the default
+    assert [m.id for m in llm_cards] == [DEFAULT, MODEL, "qwen3", "mistral", "glm"]
+    assert {m.model_extra["alias_of"] for m in llm_cards[2:]} == {DEFAULT}
 
 
 def test_chat_non_streaming(client, tiny_tokenizer):

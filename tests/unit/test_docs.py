@@ -238,7 +238,7 @@ def test_the_readme_has_a_first_request_per_modality():
 def test_the_route_checker_sees_every_example_form_and_refuses_unknown_routes(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
-        "Use `POST /v1/audio/speech` or `DELETE /v1/voices/{name}`; not `POST /v1/audio/tts/qwen3`.\n\n"
+        "Use `POST /v1/audio/speech` or `DELETE /v1/voices/{name}`; not `POST /v1/audio/karaoke`.\n\n"
         "| GET, POST | `/v1/voices` | list, register |\n\n"
         "```bash\ncurl http://127.0.0.1:8080/v1/models/load -H 'content-type: application/json' \\\n"
         '  -d \'{"model_type": "asr"}\'\ncurl -X DELETE http://127.0.0.1:8080/v1/voices/me\n'
@@ -249,7 +249,7 @@ def test_the_route_checker_sees_every_example_form_and_refuses_unknown_routes(tm
     assert routes == [
         ("POST", "/v1/audio/speech"),
         ("DELETE", "/v1/voices/x"),
-        ("POST", "/v1/audio/tts/qwen3"),
+        ("POST", "/v1/audio/karaoke"),
         ("GET", "/v1/voices"),
         ("POST", "/v1/voices"),
         ("POST", "/v1/models/load"),
@@ -258,7 +258,7 @@ def test_the_route_checker_sees_every_example_form_and_refuses_unknown_routes(tm
         ("WS", "/ws/v1/tts"),
     ]
     unknown = [r for r in routes if not is_route(*r)]
-    assert unknown == [("POST", "/v1/audio/tts/qwen3"), ("GET", "/v1/nothing")]
+    assert unknown == [("POST", "/v1/audio/karaoke"), ("GET", "/v1/nothing")]
     assert not is_route("GET", "/v1/audio/speech")  # a route, but not for that method
     assert not is_route("WS", "/v1/audio/speech")
 

@@ -7,6 +7,7 @@ pcm and wav stream as the audio is generated; mp3/flac/opus/aac are encoded when
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
@@ -14,12 +15,43 @@ from fastapi.responses import Response
 
 from deployments.audio.encode import UnsupportedFormat, check_format
 from deployments.audio.reference import MAX_REFERENCE_BYTES, BadReferenceAudio, decode_base64
+from deployments.ingress.requests import LenientJSONRoute
 from deployments.ingress.speech import SpeechStream, audio_response, miniinfer_sse, openai_sse
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.speech import DEFAULT_RESPONSE_FORMAT, SpeechRequest, SynthesisParams
 
-router = APIRouter(tags=["audio"])
+router = APIRouter(tags=["audio"], route_class=LenientJSONRoute)
+
+
+@dataclass
+class CloneForm:
+    """OminiX-API's multipart clone request."""
+
+    input: str
+    reference_audio: UploadFile
+    reference_text: Optional[str]
+    model: Optional[str]
+    response_format: Optional[str]
+    speed: float
+    language: Optional[str]
+    instruct: Optional[str]
+
+    @classmethod
+    def from_form(
+        cls,
+        input: str = Form(...),
+        reference_audio: UploadFile = File(..., description="The voice to clone (wav, flac, ogg, mp3)"),
+        reference_text: Optional[str] = Form(None),
+        model: Optional[str] = Form(None),
+        response_format: Optional[str] = Form(None),
+        speed: float = Form(1.0, ge=0.25, le=4.0),
+        language: Optional[str] = Form(None),
+        instruct: Optional[str] = Form(None),
+        prompt: Optional[str] = Form(None),
+    ) -> CloneForm:
+        instruct = (instruct or prompt or "").strip() or None
+        return cls(input, reference_audio, reference_text, model, response_format, speed, language, instruct)
 
 
 @router.post("/v1/audio/speech")
@@ -28,9 +60,23 @@ async def create_speech(
     format: Optional[str] = Query(None, description="OminiX-API: ?format=wav overrides response_format"),
     state: IngressState = Depends(ingress_state),
 ) -> Response:
-    model = state.catalog.resolve("tts", request.model)
+    return await speak(state, request, format, state.catalog.resolve("tts", request.model))
+
+
+@router.post("/v1/audio/speech/clone")
+async def clone_speech(
+    form: CloneForm = Depends(CloneForm.from_form),
+    format: Optional[str] = Query(None),
+    state: IngressState = Depends(ingress_state),
+) -> Response:
+    """OminiX-API's multipart clone route: the same synthesis with a per-request reference."""
+    return await clone(state, form, format, state.catalog.resolve("tts", form.model))
+
+
+async def speak(state: IngressState, request: SpeechRequest, query_format: Optional[str], model: Optional[str]):
+    """A JSON speech request on `model` (None: the TTS slot's default)."""
     sse = "openai" if request.stream_format == "sse" else "miniinfer" if request.stream else None
-    fmt = _output_format(format, request.response_format, sse)
+    fmt = _output_format(query_format, request.response_format, sse)
     reference = None
     if request.reference_audio is not None:
         try:
@@ -54,35 +100,20 @@ async def create_speech(
     return await audio_response(speech, fmt)
 
 
-@router.post("/v1/audio/speech/clone")
-async def clone_speech(
-    input: str = Form(...),
-    reference_audio: UploadFile = File(..., description="The voice to clone (wav, flac, ogg, mp3)"),
-    reference_text: Optional[str] = Form(None),
-    model: Optional[str] = Form(None),
-    response_format: Optional[str] = Form(None),
-    speed: float = Form(1.0, ge=0.25, le=4.0),
-    language: Optional[str] = Form(None),
-    instruct: Optional[str] = Form(None),
-    prompt: Optional[str] = Form(None),
-    format: Optional[str] = Query(None),
-    state: IngressState = Depends(ingress_state),
-) -> Response:
-    """OminiX-API's multipart clone route: the same synthesis with a per-request reference."""
-    resolved = state.catalog.resolve("tts", model)
-    fmt = _output_format(format, response_format, None)
-    audio = await reference_audio.read(MAX_REFERENCE_BYTES + 1)
+async def clone(state: IngressState, form: CloneForm, query_format: Optional[str], model: Optional[str]):
+    fmt = _output_format(query_format, form.response_format, None)
+    audio = await form.reference_audio.read(MAX_REFERENCE_BYTES + 1)
     if not audio:
         raise invalid_request("reference_audio is empty", "reference_audio", "invalid_reference_audio")
     params = SynthesisParams(
-        text=input,
-        speed=speed,
-        language=language or None,
-        instruct=(instruct or prompt or "").strip() or None,
+        text=form.input,
+        speed=form.speed,
+        language=form.language or None,
+        instruct=form.instruct,
         reference_audio=audio,
-        reference_text=reference_text or None,
+        reference_text=form.reference_text or None,
     )
-    speech = await SpeechStream.open(state, params, resolved)
+    speech = await SpeechStream.open(state, params, model)
     return await audio_response(speech, fmt)
 
 

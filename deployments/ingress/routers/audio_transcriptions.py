@@ -45,17 +45,20 @@ _LIST_NAMES = ("timestamp_granularities", *SPEAKER_LISTS)
 
 @router.post("/v1/audio/transcriptions")
 async def create_transcription(request: Request, state: IngressState = Depends(ingress_state)):
-    return await _transcribe(request, state, "transcribe")
+    return await transcribe(request, state)
 
 
 @router.post("/v1/audio/translations")
 async def create_translation(request: Request, state: IngressState = Depends(ingress_state)):
     """OpenAI's translations (speech in any language -> English text): multilingual Whisper only."""
-    return await _transcribe(request, state, "translate")
+    return await transcribe(request, state, task="translate")
 
 
-async def _transcribe(request: Request, state: IngressState, task: str):
+async def transcribe(request: Request, state: IngressState, family: Optional[str] = None, task: str = "transcribe"):
+    """A transcription in any of the three forms; `family` (OminiX-API's /v1/audio/asr/<family>
+    routes) picks a model of that family instead of the request's `model`."""
     asr = state.slot("asr")
+    family_model = state.catalog.family("asr", family) if family else None
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     server_path: Optional[str] = None
     if media_type == "multipart/form-data":
@@ -72,7 +75,7 @@ async def _transcribe(request: Request, state: IngressState, task: str):
             )
     params.check_diarization()
     params = params.model_copy(update={"task": task})
-    model = state.catalog.resolve("asr", params.model)
+    model = family_model or state.catalog.resolve("asr", params.model)
     if params.stream:
         if params.diarized:  # transcript.text.segment events are not built yet (docs/api/diarization.md)
             raise invalid_request("stream=true cannot be combined with diarization yet.", "stream")
@@ -105,7 +108,7 @@ def _from_query(request: Request) -> TranscriptionParams:
 
 async def _from_json(request: Request) -> tuple[TranscriptionParams, Optional[bytes], Optional[str]]:
     try:
-        body = json.loads(await request.body())
+        body = json.loads(await request.body(), strict=False)  # as LenientJSONRoute (ingress/requests.py)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise invalid_request(f"Invalid JSON body: {e}") from None
     if not isinstance(body, dict):

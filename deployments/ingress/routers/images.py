@@ -14,6 +14,7 @@ from typing import Optional
 
 from fastapi import APIRouter, Depends
 
+from deployments.ingress.requests import LenientJSONRoute
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.images import (
@@ -26,7 +27,7 @@ from deployments.protocol.images import (
     decode_image_base64,
 )
 
-router = APIRouter(tags=["images"])
+router = APIRouter(tags=["images"], route_class=LenientJSONRoute)
 
 
 @router.post("/v1/images/generations", response_model=ImagesResponse)

@@ -21,6 +21,8 @@ def test_shipped_config_validates_and_serves_the_real_small_models():
     assert config.catalog()["llm"] == {
         "models": ["ominix-smollm2-135m-instruct", "ominix-tiny-qwen3"],
         "models_dir": None,
+        "aliases": {"qwen3": "default", "mistral": "default", "glm": "default"},  # OminiX-API's names
+        "families": {},
     }
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
     # Every enabled slot starts under the control plane with its configured default.

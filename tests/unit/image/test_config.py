@@ -41,12 +41,15 @@ def test_disabled_slot_is_not_served_nor_managed():
     assert "image" not in config.catalog() and "image" not in config.defaults()
 
 
-def test_catalog_resolves_aliases_of_allowed_models_only(tmp_path):
+def test_catalog_resolves_aliases_to_allowed_models_only(tmp_path):
     args = {"cache_dir": str(tmp_path), "image": {"models": ["black-forest-labs/FLUX.2-klein-4B"]}}
     catalog = ModelCatalog.from_config(GraphArgs.from_args(args, environ={}).catalog())
     assert catalog.resolve("image", "Flux") == "black-forest-labs/FLUX.2-klein-4B"
+    # Z-Image-Turbo is not in the allow-list: the alias names the slot's default (None), never it
+    assert catalog.resolve("image", "zimage") is None
+    assert catalog.canonical("image", "ZIMAGE") == "ominix-tiny-flux2-klein"
     with pytest.raises(APIError) as e:
-        catalog.resolve("image", "zimage")  # Z-Image-Turbo is not in the allow-list
+        catalog.resolve("image", "Tongyi-MAI/Z-Image-Turbo")  # the id itself stays refused
     assert e.value.status_code == 404
     # quantized copies land in the models directory, which requests may name by path
     copy = tmp_path / "image" / "models" / "tiny-8bit"

@@ -104,10 +104,10 @@ def test_strength_maps_to_mflux_image_strength():
     assert img2img_keep(1.0) == 0.0 and img2img_keep(0.0) == 1.0 and img2img_keep(0.75) == pytest.approx(0.25)
 
 
-def test_aliases_resolve_case_insensitively():
-    config = ImageSlotConfig()
-    assert config.resolve_alias("FLUX") == "black-forest-labs/FLUX.2-klein-4B"
-    assert config.resolve_alias("org/model") == "org/model"
+def test_aliases_are_case_insensitive():
+    config = ImageSlotConfig(aliases={"FLUX": "black-forest-labs/FLUX.2-klein-4B"}, default_model="Flux")
+    assert config.aliases == {"flux": "black-forest-labs/FLUX.2-klein-4B"}
+    assert config.default_model == "black-forest-labs/FLUX.2-klein-4B"
 
 
 def test_codec_round_trip_and_bad_images():

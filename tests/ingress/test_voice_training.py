@@ -1,0 +1,221 @@
+"""Voice training jobs in process, over fake ASR and TTS slots: the pipeline's stages and calls,
+SSE progress with replay, cancel at once, one job at a time, the state file, every error."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from deployments.audio.encode import encode_wav
+from deployments.ingress.app import create_app
+from deployments.ingress.serving.training import VoiceTraining
+from graphs.config import GraphArgs
+from tests.assertions import assert_openai_error
+from tests.ingress import fakes
+from tests.ingress.conftest import default_slots, ingress_state, shipped_args
+
+RATE = fakes.SAMPLE_RATE
+
+
+def clip(seconds: float = 2.0, silence: float = 0.5) -> bytes:
+    t = np.arange(int(seconds * RATE)) / RATE
+    tone = (0.4 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    pad = np.zeros(int(silence * RATE), np.float32)
+    return encode_wav(np.concatenate([pad, tone, pad]), RATE)
+
+
+def body(**changes) -> dict:
+    return {"voice_name": "narrator", "audio": base64.b64encode(clip()).decode(), **changes}
+
+
+class Recorder:
+    """The TTS slot's two training calls, recorded; `delay_s` makes the first one slow."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+        self.cancelled = False
+        self.conditioned: list[tuple] = []
+        self.registered: list[tuple] = []
+
+    async def cache_conditioning(self, name, samples, model=None):
+        try:
+            await asyncio.sleep(self.delay_s)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        self.conditioned.append((name, samples))
+        return {
+            "ref_audio": f"/v/{name}.wav",
+            "conditioning": f"/v/{name}.pocket_tts.safetensors",
+            "conditioning_model": "m",
+        }
+
+    def register_trained_voice(self, name, files, ref_text, language, model=None):
+        self.registered.append((name, files, ref_text, language))
+        return {"name": name}
+
+
+@pytest.fixture
+def recorder():
+    return Recorder()
+
+
+@pytest.fixture
+def slots(recorder):
+    slots = default_slots()
+    slots["tts"].answers.update(
+        cache_conditioning=recorder.cache_conditioning, register_trained_voice=recorder.register_trained_voice
+    )
+    return slots
+
+
+@pytest.fixture
+def state(slots, tmp_path):
+    return ingress_state(GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={}), slots)
+
+
+@pytest.fixture
+async def http(state):
+    transport = httpx.ASGITransport(app=create_app(state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
+        yield client
+
+
+async def events(http, task_id) -> list[dict]:
+    r = await http.get("/v1/voices/train/progress", params={"task_id": task_id})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+
+
+async def test_a_job_runs_every_stage_and_registers_the_voice(http, slots, recorder):
+    r = await http.post("/v1/voices/train", json=body(language="en"))
+    assert r.status_code == 200, r.text
+    task = r.json()
+    assert task["status"] == "accepted" and task["task_id"].startswith("train-")
+    seen = await events(http, task["task_id"])
+    assert seen[-1]["stage"] == "complete" and seen[-1]["is_complete"] and seen[-1]["progress"] == 1.0
+    stages = [e["stage"] for e in seen]
+    order = ["audio_slicing", "denoising", "feature_extraction", "voice_conditioning", "registering_voice", "complete"]
+    assert [s for s in order if s in stages] == [s for s in stages if s in order]  # in order
+    status = (await http.get("/v1/voices/train/status", params={"task_id": task["task_id"]})).json()
+    assert status["status"] == "complete" and status["voice_name"] == "narrator" and status["completed_at"]
+    # the clip's silent ends were cut: 2 s of tone at the model's rate reach the TTS slot
+    name, samples = recorder.conditioned[0]
+    assert name == "narrator" and abs(len(samples) // 4 - 2 * RATE) < RATE // 50
+    # no transcript given: the ASR slot's is registered with the voice
+    assert recorder.registered[0][2] == "hello world" and recorder.registered[0][3] == "en"
+    assert slots["asr"].calls[0][0] == "transcribe"
+
+
+async def test_a_given_transcript_skips_the_asr_slot_and_multipart_works(http, slots, recorder):
+    files = {"audio": ("me.wav", clip(), "audio/wav")}
+    r = await http.post("/v1/voices/train", data={"voice_name": "me", "transcript": "A tone."}, files=files)
+    assert r.status_code == 200, r.text
+    assert (await events(http, r.json()["task_id"]))[-1]["stage"] == "complete"
+    assert recorder.registered[0][:1] == ("me",) and recorder.registered[0][2] == "A tone."
+    assert not slots["asr"].calls
+
+
+async def test_cancel_ends_the_job_at_once_and_the_slot_call_with_it(http, recorder):
+    recorder.delay_s = 30
+    task_id = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    for _ in range(100):
+        status = (await http.get("/v1/voices/train/status", params={"task_id": task_id})).json()["status"]
+        if status == "voice_conditioning":
+            break
+        await asyncio.sleep(0.02)
+    assert status == "voice_conditioning"
+    started = time.monotonic()
+    r = await http.post("/v1/voices/train/cancel", params={"task_id": task_id})
+    assert r.status_code == 200 and r.json()["status"] == "success"
+    assert (await events(http, task_id))[-1]["stage"] == "cancelled"
+    assert time.monotonic() - started < 1.0
+    await asyncio.sleep(0.05)
+    assert recorder.cancelled and not recorder.registered
+    assert_openai_error(await http.post("/v1/voices/train/cancel", params={"task_id": task_id}), 409)
+
+
+async def test_one_job_at_a_time_and_status_answers_while_it_runs(http, recorder):
+    recorder.delay_s = 30
+    first = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    assert_openai_error(
+        await http.post("/v1/voices/train", json=body(voice_name="other")), 409, code="training_in_progress"
+    )
+    started = time.monotonic()
+    r = await http.get("/v1/voices/train/status", params={"task_id": first})
+    assert r.status_code == 200 and time.monotonic() - started < 1.0
+    await http.post("/v1/voices/train/cancel", params={"task_id": first})
+
+
+async def test_a_late_client_gets_the_final_state_and_the_stream_closes(http):
+    task_id = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    await events(http, task_id)
+    assert [e["stage"] for e in await events(http, task_id)] == ["complete"]
+
+
+async def test_jobs_survive_a_restart_and_a_running_one_is_failed(http, state, recorder):
+    done = (await http.post("/v1/voices/train", json=body(transcript="x", voice_name="a"))).json()["task_id"]
+    await events(http, done)
+    recorder.delay_s = 30
+    running = (await http.post("/v1/voices/train", json=body(transcript="x", voice_name="b"))).json()["task_id"]
+    restarted = VoiceTraining(state.settings.state_dir)  # what a new ingress reads from the file
+    assert restarted.job(done).status_body()["status"] == "complete"
+    job = restarted.job(running)
+    assert job.status == "failed" and "restarted" in job.error and job.completed_at
+    await http.post("/v1/voices/train/cancel", params={"task_id": running})
+
+
+@pytest.mark.parametrize(
+    ("request_body", "param"),
+    [
+        (body(audio="not base64!!"), "audio"),
+        (body(audio=""), "audio"),
+        (body(voice_name="bad name"), "voice_name"),
+        (body(voice_name="x" * 65), "voice_name"),
+        (body(quality="best"), "quality"),
+        (body(denoise=True), "denoise"),
+        ({"voice_name": "a"}, "audio"),
+    ],
+)
+async def test_bad_requests_are_400s_and_start_no_job(http, state, request_body, param):
+    assert_openai_error(await http.post("/v1/voices/train", json=request_body), 400, param=param)
+    assert not state.voice_training().store.jobs
+
+
+async def test_unknown_tasks_are_404s(http):
+    for method, path in [("GET", "status"), ("GET", "progress"), ("POST", "cancel")]:
+        r = await http.request(method, f"/v1/voices/train/{path}", params={"task_id": "train-nope"})
+        assert_openai_error(r, 404, code="task_not_found")
+    assert_openai_error(await http.get("/v1/voices/train/status"), 400)  # no task_id
+
+
+async def test_audio_that_cannot_be_used_fails_the_job_with_the_reason(http):
+    for audio, reason in [(b"not audio at all", "cannot be decoded"), (clip(0.3), "less than 1 s")]:
+        task_id = (await http.post("/v1/voices/train", json=body(audio=base64.b64encode(audio).decode()))).json()[
+            "task_id"
+        ]
+        final = (await events(http, task_id))[-1]
+        assert final["stage"] == "failed" and reason in final["error"], final
+
+
+async def test_a_tts_model_without_a_reference_encoder_is_a_400(slots, http):
+    slots["tts"].answers["describe"] = lambda model=None: {**fakes.tts_facts(), "model_type": "kokoro"}
+    assert_openai_error(await http.post("/v1/voices/train", json=body()), 400, code="training_unsupported")
+
+
+async def test_a_quiet_job_sends_keep_alives(http, state, recorder):
+    recorder.delay_s = 30
+    task_id = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    seen = []
+    async for event in state.voice_training().watch(task_id, poll_s=0.01, keepalive_s=0.05):
+        seen.append(event)
+        if seen.count(None) == 2:
+            break
+    assert seen[0]["task_id"] == task_id and seen.count(None) == 2
+    await http.post("/v1/voices/train/cancel", params={"task_id": task_id})
