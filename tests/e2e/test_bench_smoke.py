@@ -98,7 +98,9 @@ def test_the_prefix_cache_is_reported_reused_by_the_graph_and_not_when_off(smoke
 
 def test_footprint_reads_every_replica_of_the_shipped_config(smoke_results):
     replicas = smoke_results[0]["footprint"]["replicas"]
-    assert set(replicas) == {"Ingress", "Control", "LLM", "ASR", "TTS", "Image"}
+    from deployments.slots import SLOTS
+
+    assert set(replicas) == {"Ingress", "Control", *(slot.deployment_name for slot in SLOTS.values())}
     assert all(r["peak_rss_bytes"] >= r["idle_rss_bytes"] > 0 and r["fits"] for r in replicas.values())
 
 

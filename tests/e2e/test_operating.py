@@ -16,9 +16,11 @@ from pathlib import Path
 import httpx
 import yaml
 
+from deployments.slots import SLOTS as REGISTRY
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SLOTS = ("Ingress", "Control", "LLM", "ASR", "TTS", "Image")
+SLOTS = ("Ingress", "Control", *(slot.deployment_name for slot in REGISTRY.values()))
 
 
 def second_terminal(ray_cluster, dashboard_url) -> dict:
