@@ -124,7 +124,7 @@ async def test_tts_replica_killed_mid_websocket_stream_gets_an_error_event_and_r
         assert time.time() - killed_at < KILL_BOUND_S
         assert message == {
             "event": "error",
-            "message": "TTS error: A model replica died while serving the request; retry it",
+            "message": "TTS error: A model replica died or its node was lost while serving the request; retry it",
         }
         # The session outlives the replica: the next text is served by its replacement.
         await asyncio.to_thread(_wait_for_tts, http)  # off the loop: the socket keeps answering pings
@@ -164,7 +164,7 @@ def test_tts_replica_killed_mid_sse_speech_stream_ends_with_an_error_event(serve
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "service_unavailable"
-    assert error["message"] == "A model replica died while serving the request; retry it"
+    assert error["message"] == "A model replica died or its node was lost while serving the request; retry it"
     assert all("delta" in json.loads(e) for e in events[:-2])
     _wait_for_tts(http)
     assert _replica_names("TTS").isdisjoint(tts)
