@@ -93,10 +93,27 @@ class Cluster:
             ]
         else:
             args += [f"--address={self.address}"]
-        with open(self.work / f"{name}.log", "wb") as log:
+        with open(self.work / f"{name}.log", "ab") as log:
             self.nodes[name] = subprocess.Popen(
                 args, cwd=ROOT, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def join(self, name: str, role: str, timeout_s: float = 240) -> None:
+        """Start a worker node and wait until the cluster lists it. Ray gives a node's raylet 30 s
+        to register (hard-coded); on a loaded 2-core machine it can miss that and `ray start`
+        exits, so a node that gave up is started again, as an operator would."""
+        expected = len(self.alive_nodes()) + 1
+        deadline = time.monotonic() + timeout_s
+        self.start(name, role)
+        while time.monotonic() < deadline:
+            if len(self.alive_nodes()) >= expected:
+                return
+            if self.nodes[name].poll() is not None:  # gave up: try again
+                self.start(name, role)
+            time.sleep(2)
+        raise AssertionError(
+            f"node {name} did not join in {timeout_s} s: {(self.work / f'{name}.log').read_text()[-2000:]}"
+        )
 
     def alive_nodes(self) -> list[dict]:
         out = subprocess.run(
@@ -192,9 +209,8 @@ def cluster(tmp_path_factory, cache_dir):
     try:
         cluster.start("head", "head", head=True)
         wait_for(lambda: len(cluster.alive_nodes()) == 1, 240)
-        cluster.start("llm", "llm")
-        cluster.start("speech", "speech")
-        wait_for(lambda: len(cluster.alive_nodes()) == 3, 240)
+        cluster.join("llm", "llm")
+        cluster.join("speech", "speech")
         config, port = graph_config(work, cache_dir)
         with open(work / "serve.log", "wb") as log:
             serve_proc = subprocess.Popen(
@@ -281,6 +297,6 @@ def test_a_lost_node_ends_its_streams_cleanly_and_its_slot_comes_back(cluster):
     assert chat(http) is not None  # the LLM slot, on its own node, keeps serving
     wait_for(lambda: len(c.alive_nodes()) == 2, 60)
 
-    c.start("speech-2", "speech")  # a new machine with the speech label joins
+    c.join("speech-2", "speech")  # a new machine with the speech label joins
     wait_for(lambda: tts_nodes(http) not in (set(), lost_node) and roles(http, "tts") == ["speech"], 240)
     assert len(speak(http)) > 0
