@@ -34,14 +34,7 @@ EXPECTED_4XX = {
     ),
     ("000", "/path/to/paraformer/model"): ([400], "a placeholder path outside every configured models directory"),
     ("000", "/path/to/reference/audio.wav"): ([400], "a placeholder path outside every configured models directory"),
-    ("003", 'sessions?model=sensevoice" | python3'): (
-        [404],
-        "MiniInfer's streaming ASR sessions (/v1/audio/stream/sessions) are not provided",
-    ),
 }
-# The session examples run the seed's session-creating line first: its 404, then their own.
-for suffix in ("--data-binary @chunk.pcm", "?finish=1", "-X DELETE"):
-    EXPECTED_4XX[("003", suffix)] = ([404, 404], "no streaming ASR sessions here (see above)")
 
 # Longer than a test may take on a 2-core CPU: a 1024x1024 image (4x the pixels of the
 # 512x512 examples, 16x the attention) answered 200 in 371 s there, and ran past 600 s while
