@@ -84,6 +84,7 @@ class ASRSlot(SlotReplica):
             defaults=StreamConfig(
                 partial_every_s=self.config.stream_partial_every_s, pause_s=self.config.stream_pause_s
             ),
+            hypothesise=lambda engine, options, samples: engine.hypothesis(samples, options),
         )
         self._reclaimer = asyncio.create_task(self._reclaim_idle_sessions())
 

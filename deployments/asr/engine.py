@@ -62,6 +62,14 @@ class TranscriptionJob(Message):
 
 
 @dataclass(eq=False)
+class HypothesisJob(Message):
+    """A live utterance's provisional text (a streaming session's partial)."""
+
+    audio: np.ndarray
+    options: TranscribeOptions
+
+
+@dataclass(eq=False)
 class WindowStreamJob(Message):
     """One audio whose windows are decoded one at a time, each sent as soon as it is done."""
 
@@ -78,7 +86,7 @@ def group_by_options(keys: list[Hashable]) -> list[list[int]]:
     return list(groups.values())
 
 
-class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob]):
+class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]):
     """Owns one model. Create with `await ASREngine.start(model_id, model_dir, config)`."""
 
     kind = "asr"
@@ -91,7 +99,14 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob]):
         self.multilingual = True
         self._model: Any = None
         # Written by the engine thread only: how batching actually went.
-        self.stats = {"batches": 0, "requests": 0, "forward_passes": 0, "windows": 0, "largest_pass": 0}
+        self.stats = {
+            "batches": 0,
+            "requests": 0,
+            "forward_passes": 0,
+            "windows": 0,
+            "largest_pass": 0,
+            "hypotheses": 0,
+        }
 
     @property
     def is_whisper(self) -> bool:
@@ -118,6 +133,12 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob]):
         """Transcribe mono float32 audios at `sample_rate`, together, on the engine thread."""
         return await self.submit(TranscriptionJob(audios, options))
 
+    async def hypothesis(self, audio: np.ndarray, options: TranscribeOptions) -> str:
+        """A live utterance's provisional text, fast: for whisper the encoder runs over the
+        audio's real length (deployments/asr/hypothesis.py), not the padded 30 s window a final
+        decodes. Cancelled before the engine thread takes it, it costs nothing."""
+        return await self.submit(HypothesisJob(audio, options))
+
     def transcribe_windows(self, audio: np.ndarray, options: TranscribeOptions):
         """The segments of each VAD window of `audio` as it is decoded (the windows and text
         of `transcribe`, one window per forward pass)."""
@@ -125,10 +146,26 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob]):
 
     # ------------------------------------------------------------------ engine thread
 
-    def _handle(self, message: TranscriptionJob | WindowStreamJob) -> Optional[list[Transcript]]:
+    def _handle(self, message: TranscriptionJob | WindowStreamJob | HypothesisJob) -> Any:
         if isinstance(message, WindowStreamJob):
             return self._stream_windows(message)
+        if isinstance(message, HypothesisJob):
+            return self._hypothesis(message)
         return self._transcribe(message.audios, message.options)
+
+    def _hypothesis(self, job: HypothesisJob) -> str:
+        if not self.is_whisper:
+            return self._transcribe([job.audio], job.options)[0].text
+        from deployments.asr import hypothesis
+
+        options = job.options
+        result = hypothesis.hypothesis(
+            self._model, job.audio, language=self._language(options), prompt=options.prompt, task=options.task
+        )
+        self.stats["hypotheses"] += 1
+        if result.no_speech_prob > NO_SPEECH_PROB and result.avg_logprob < NO_SPEECH_LOGPROB:
+            return ""  # whisper's silent-window rule, as for finals
+        return hypothesis.collapse_repeats(result.text.strip())
 
     def _stream_windows(self, job: WindowStreamJob) -> None:
         chunks = [split_for_decoding(job.audio, self.sample_rate, VADConfig(max_chunk_s=self.config.max_chunk_s))]

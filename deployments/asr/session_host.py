@@ -12,9 +12,13 @@ the energy VAD of whole files (relative to the loudest frame of the file, which 
 not know yet) it needs no look-ahead. It runs on its own single thread, never on the asyncio
 loop and never queued behind Whisper on the engine thread.
 
-Every decode (partials and finals) goes through `decode(engine, options, samples)`: the same
-batched path as POST /v1/audio/transcriptions, so a finalised utterance reads exactly as that
-utterance sent as a file, and concurrent sessions share Whisper forward passes.
+Finals go through `decode(engine, options, samples)`: the same batched path as POST
+/v1/audio/transcriptions, so a finalised utterance reads exactly as that utterance sent as a
+file, and concurrent sessions share Whisper forward passes. Partials go through `hypothesise`
+(the engine's fast path: Whisper's encoder over the utterance's real length,
+deployments/asr/hypothesis.py) in the background: a chunk is answered at once with the newest
+hypothesis ready, so its round trip is the VAD's milliseconds, not a decode; a session has at
+most one hypothesis in flight, and one of an utterance that has ended is cancelled or dropped.
 
 Ray-free: the deployment passes in its replica id and its decode and engine lookups.
 """
@@ -47,6 +51,7 @@ from deployments.routing.affinity import owner_of, replica_key
 logger = logging.getLogger("ray.serve")
 
 Decode = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[Any]]  # -> Transcript
+Hypothesise = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[str]]
 EngineFor = Callable[[str], Awaitable[Any]]
 
 
@@ -55,6 +60,18 @@ class LiveSession:
     session: StreamSession
     options: TranscribeOptions
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    partial_task: Optional[asyncio.Task] = None  # the hypothesis being decoded: at most one
+    utterance: int = 0  # utterances ended so far: a hypothesis of an earlier one is stale
+
+    def partial_running(self) -> bool:
+        return self.partial_task is not None and not self.partial_task.done()
+
+    def end_utterance(self) -> None:
+        """The open utterance ended (cut, commit, clear, session end): its hypothesis is stale."""
+        if self.partial_running():
+            self.partial_task.cancel()
+        self.partial_task = None
+        self.utterance += 1
 
 
 class SileroStream:
@@ -85,9 +102,11 @@ class SessionHost:
         max_chunk_s: float,
         defaults: StreamConfig = StreamConfig(),
         vad: Any = None,
+        hypothesise: Optional[Hypothesise] = None,
     ):
         self.replica_id = replica_id
         self._decode = decode
+        self._hypothesise = hypothesise or self._decoded_text
         self._engine_for = engine_for
         self.defaults = defaults
         self.max_chunk_bytes = int(max_chunk_s * RATE) * 2
@@ -125,6 +144,7 @@ class SessionHost:
         return {"sid": sid, "deleted": True}
 
     def _end(self, live: LiveSession) -> None:
+        live.end_utterance()
         self.table.remove(live.session.sid)
         self._live.pop(live.session.sid, None)
         self.stats["finished"] += 1
@@ -160,11 +180,12 @@ class SessionHost:
                 cut = session.commit()
                 cuts = cuts + ([cut] if cut is not None else [])
                 partial_due = False
+            if cuts:
+                live.end_utterance()
             for cut in cuts:
                 events["finalised"].append(await self._finalise(live, cut))
             if partial_due:
-                session.set_partial((await self._transcribe(live, session.buffer)).text)
-                self.stats["partials"] += 1
+                self._start_partial(live)
             answer = {**session.state(utterance_final=bool(cuts), final=finish), **events}
             if finish:
                 self._end(live)
@@ -176,12 +197,14 @@ class SessionHost:
         live = self._get(sid)
         async with live.lock:
             cut = live.session.commit()
+            live.end_utterance()
             committed = await self._finalise(live, cut) if cut is not None else None
             return {**live.session.state(utterance_final=cut is not None), "committed": committed}
 
     async def clear(self, sid: str) -> dict:
         live = self._get(sid)
         async with live.lock:
+            live.end_utterance()
             live.session.clear()
             return live.session.state()
 
@@ -191,8 +214,38 @@ class SessionHost:
         self.stats["finals"] += 1
         return {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
 
+    def _start_partial(self, live: LiveSession) -> None:
+        """Decode a hypothesis of the open utterance in the background, unless one is in
+        flight (then the next is due again as soon as it is done)."""
+        if live.partial_running():
+            return
+        live.session.partial_started()
+        audio = live.session.buffer.copy()
+        live.partial_task = asyncio.create_task(self._refresh_partial(live, audio, live.utterance))
+
+    async def _refresh_partial(self, live: LiveSession, samples: np.ndarray, utterance: int) -> None:
+        try:
+            engine, samples = await self._engine_audio(live, samples)
+            text = await self._hypothesise(engine, live.options, samples)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a partial is provisional: the final still decodes this audio
+            logger.exception("The partial hypothesis of streaming session %s failed", live.session.sid)
+            return
+        if live.utterance == utterance:
+            live.session.set_partial(text)
+            self.stats["partials"] += 1
+
     async def _transcribe(self, live: LiveSession, samples: np.ndarray):
+        engine, samples = await self._engine_audio(live, samples)
+        return await self._decode(engine, live.options, samples)
+
+    async def _engine_audio(self, live: LiveSession, samples: np.ndarray) -> tuple[Any, np.ndarray]:
         engine = await self._engine_for(live.session.model)
         if engine.sample_rate != RATE:
             samples = resample(samples, RATE, engine.sample_rate)
-        return await self._decode(engine, live.options, samples)
+        return engine, samples
+
+    async def _decoded_text(self, engine: Any, options: TranscribeOptions, samples: np.ndarray) -> str:
+        """Hypotheses without a fast path: the final's decode."""
+        return (await self._decode(engine, options, samples)).text

@@ -200,9 +200,12 @@ class StreamSession:
         if text:
             self.utterances.append(Utterance(cut.start / RATE, cut.end / RATE, text))
 
+    def partial_started(self) -> None:
+        """A hypothesis of the buffer is being decoded: the next is due after as much new audio."""
+        self._since_partial = 0
+
     def set_partial(self, text: str) -> None:
         self.partial = text.strip()
-        self._since_partial = 0
 
     @property
     def text(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 
 import httpx
 import numpy as np
@@ -15,11 +16,11 @@ import pytest
 import soundfile as sf
 
 from tests.assertions import assert_openai_error
-from tests.speech import silence, speak, word_error_rate
+from tests.speech import silence, speak, word_error_rate, words
 
 REAL = "whisper-tiny.en"
 RATE = 16000
-FIRST = "Hello world, this is the first sentence."
+FIRST = "Hello world, this is the first sentence, and it goes on for a few more words."
 SECOND = "Please schedule the meeting for Tuesday afternoon."
 SESSIONS = "/v1/audio/stream/sessions"
 CHUNK = RATE // 2 * 2  # 0.5 s of PCM16, in bytes
@@ -43,12 +44,16 @@ def wav(samples: np.ndarray) -> bytes:
 
 
 def stream(http, pcm: np.ndarray, model: str = REAL) -> tuple[list[dict], dict]:
+    """Feed `pcm` in 0.5 s chunks at the pace a microphone would (partials are decoded in the
+    background and show in the answers of later chunks), then finish."""
     r = http.post(SESSIONS, params={"model": model})
     assert r.status_code == 200, r.text
     sid = r.json()["sid"]
     data = pcm.tobytes()
     answers = []
-    for i in range(0, len(data), CHUNK):
+    started = time.monotonic()
+    for n, i in enumerate(range(0, len(data), CHUNK)):
+        time.sleep(max(0.0, started + n * 0.5 - time.monotonic()))
         r = http.post(f"{SESSIONS}/{sid}", content=data[i : i + CHUNK])
         assert r.status_code == 200, r.text
         answers.append(r.json())
@@ -63,6 +68,9 @@ def test_a_session_finalises_what_whole_file_transcription_says(http, speech_pcm
     print("partials:", partials)
     print("final:", json.dumps(final))
     assert partials, "no partial hypothesis while speaking"
+    # A partial is a real hypothesis of the words being said (the fast, shortened-context path).
+    spoken = set(words(f"{FIRST} {SECOND}"))
+    assert max(len(set(words(p)) & spoken) for p in partials) >= 3, partials
     # The pause finalised the first sentence before the stream ended.
     first_final = next(i for i, a in enumerate(answers) if a["utterance_final"])
     assert first_final < len(answers) - 2 and answers[first_final]["text"]

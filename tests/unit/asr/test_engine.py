@@ -107,3 +107,42 @@ async def test_english_only_model_cannot_translate(tiny_engine):
     with pytest.raises(APIError) as info:
         tiny_engine.check_options(TranscribeOptions(task="translate"))
     assert info.value.status_code == 400 and "English-only" in info.value.message
+
+
+def test_hypothesis_contexts_follow_the_audio():
+    from deployments.asr.hypothesis import FULL_FRAMES, context_frames, token_cap
+
+    assert context_frames(16000) == 500  # 1 s: the 5 s minimum context
+    assert context_frames(10 * 16000) == 1100  # 10 s + the 1 s margin
+    assert context_frames(29_500 * 16) == FULL_FRAMES == context_frames(40 * 16000)
+    assert all(context_frames(n) % 2 == 0 for n in range(0, 16000 * 30, 777))
+    assert token_cap(0) == 8 and token_cap(16000 * 5) == 38
+
+
+async def test_the_short_encoder_is_the_encoder_at_full_length(tiny_engine):
+    import mlx.core as mx
+
+    from deployments.asr.hypothesis import encode
+
+    model = tiny_engine._model
+    mel = tiny_engine._mel(speak("Hello world."))[None]
+    assert mx.allclose(encode(model, mel), model.encoder(mel), atol=1e-5).item()
+    short = encode(model, mel[:, :600])
+    assert short.shape == (1, 300, model.dims.n_audio_state)
+
+
+async def test_a_hypothesis_takes_the_fast_path(tiny_engine):
+    before = tiny_engine.stats["hypotheses"], tiny_engine.stats["forward_passes"]
+    text = await tiny_engine.hypothesis(speak("A longer sentence about the weather today."), TranscribeOptions())
+    assert isinstance(text, str)
+    assert tiny_engine.stats["hypotheses"] == before[0] + 1 and tiny_engine.stats["forward_passes"] == before[1]
+
+
+def test_a_looping_hypothesis_keeps_one_copy():
+    from deployments.asr.hypothesis import collapse_repeats
+
+    looped = "Hello World, this is the first sentence and it's the first sentence and it's the first sentence and it's"
+    assert collapse_repeats(looped) == "Hello World, this is the first sentence and it's"
+    assert collapse_repeats("The quick. The quick. The quick. The quick") == "The quick."
+    assert collapse_repeats("no no, not that one") == "no no, not that one"  # one word twice is speech
+    assert collapse_repeats("") == ""

@@ -52,6 +52,7 @@ def test_partials_at_most_once_per_half_second_of_new_audio():
     for _ in range(12):  # 8 windows = 0.256 s per chunk
         due.append(feed(s, "s" * 8).partial_due)
         if due[-1]:
+            s.partial_started()
             s.set_partial("hello")
     # 0.256 s -> not due; 0.512 s -> due; then every second chunk
     assert due == [False, True] * 6
@@ -122,8 +123,12 @@ def test_host_feeds_finalises_and_finishes():
     async def run():
         h, decoded = session_host()
         sid = (await h.create(Engine(), TranscribeOptions()))["sid"]
-        answers = [await h.feed(sid, pcm(0.3, True)) for _ in range(4)]
-        assert [a["partial"] != "" for a in answers] == [False, True, True, True]  # kept until refreshed
+        answers = []
+        for _ in range(4):
+            answers.append(await h.feed(sid, pcm(0.3, True)))
+            await asyncio.sleep(0.01)  # the background hypothesis runs
+        # Due at 0.6 s and decoded in the background: the next answer shows it, kept until refreshed.
+        assert [a["partial"] != "" for a in answers] == [False, False, True, True]
         assert [a["buffer_s"] for a in answers] == [0.3, 0.6, 0.9, 1.2]
         pause = await h.feed(sid, pcm(1.0, False))
         assert pause["utterance_final"] and pause["text"].startswith("utterance of") and pause["partial"] == ""
@@ -150,3 +155,38 @@ def test_host_tells_a_lost_session_from_an_unknown_one():
             assert ("lost" in e.value.message) == (status == 410)
 
     asyncio.run(run())
+
+
+def test_a_slow_hypothesis_never_holds_a_chunk_and_a_stale_one_is_dropped():
+    async def run():
+        release = asyncio.Event()
+        asked: list[int] = []
+
+        async def hypothesise(engine, options, samples):
+            asked.append(len(samples))
+            await release.wait()
+            return "provisional words"
+
+        h, decoded = session_host(hypothesise=hypothesise)
+        sid = (await h.create(Engine(), TranscribeOptions()))["sid"]
+        for _ in range(4):  # partials due twice, but the first never finishes: one in flight
+            answer = await asyncio.wait_for(h.feed(sid, pcm(0.3, True)), 1.0)
+            await asyncio.sleep(0.01)
+        assert len(asked) == 1 and answer["partial"] == ""
+        release.set()
+        await asyncio.sleep(0.01)
+        assert (await h.feed(sid, pcm(0.1, True)))["partial"] == "provisional words"
+        # The next hypothesis is still decoding when a pause ends the utterance: it is dropped.
+        release.clear()
+        await h.feed(sid, pcm(0.5, True))
+        await asyncio.sleep(0.01)
+        assert len(asked) == 2
+        pause = await h.feed(sid, pcm(1.0, False))
+        release.set()
+        await asyncio.sleep(0.01)
+        assert pause["utterance_final"] and h.state(sid)["partial"] == ""
+        assert len(decoded) == 1  # the final only: partials took the fast path
+        return h.stats
+
+    stats = asyncio.run(run())
+    assert stats["partials"] == 1 and stats["finals"] == 1
