@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,11 +25,11 @@ from typing import Optional
 
 import httpx
 
-from bench.cluster import BenchCluster, free_port, wait_ready
+from bench.cluster import BenchCluster, wait_ready
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, parameter_count
+from bench.peers import mlx_lm_server
 from bench.report import pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
-from deployments import blas
 
 SYSTEMS = ("graph", "mlx_lm_server", "in_process", "graph_no_batching")
 LABELS = {
@@ -163,56 +161,6 @@ class InProcess:
         if self.engine is not None:
             self.engine.shutdown()
 
-
-class MlxLmServer:
-    """`python -m mlx_lm server` as a subprocess on a free port."""
-
-    def __init__(self, model_dir: Path, tokens: int, log: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "mlx_lm",
-            "server",
-            "--model",
-            str(model_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--temp",
-            "0",
-            "--max-tokens",
-            str(tokens),
-            "--log-level",
-            "WARNING",
-        ]
-        self.log = open(log, "wb")
-        # The peer multiplies with the BLAS this process chose (deployments/blas.py).
-        env = blas.subprocess_env(blas.select())
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-
-    async def wait_ready(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=5) as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"mlx_lm.server exited with {self.proc.returncode} (see {self.log.name})")
-                try:
-                    if (await http.get(f"{self.url}/v1/models")).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.5)
-        raise TimeoutError("mlx_lm.server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
         self.log.close()
 
 
@@ -355,7 +303,7 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
                 await wait_ready(url)
                 calls[system] = lambda body, u=url: stream_chat(http, f"{u}/v1/chat/completions", body)
             elif system == "mlx_lm_server":
-                server = MlxLmServer(model_dir, max(opts.tokens, 1), work / "mlx_lm_server.log")
+                server = mlx_lm_server(model_dir, max(opts.tokens, 1), work / "mlx_lm_server.log")
                 stoppers.append(server.stop)
                 await server.wait_ready()
                 calls[system] = lambda body, u=server.url: stream_chat(http, f"{u}/v1/chat/completions", body)

@@ -21,8 +21,9 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.llm import MlxLmServer, stream_chat
+from bench.llm import stream_chat
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
+from bench.peers import mlx_lm_server
 from bench.report import percentile_bars, pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
 
@@ -94,7 +95,7 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
     try:
         for name in SYSTEMS:
             if name == "mlx_lm_server":
-                server = MlxLmServer(model_dir, tokens, work / "mlx_lm_server_prefix.log")
+                server = mlx_lm_server(model_dir, tokens, work / "mlx_lm_server_prefix.log")
                 stoppers.append(server.stop)
                 await server.wait_ready()
                 url = server.url

@@ -1,0 +1,66 @@
+"""The peers a scenario runs side by side with the graph: each as its own subprocess on a free
+loopback port, multiplying with the BLAS this process chose (deployments/blas.py), so the
+comparison is between servers, not BLAS libraries.
+
+- `mlx_lm_server(model_dir, tokens, log)`: `python -m mlx_lm server` (bench/llm.py, prefix.py);
+- `mlx_audio_server(log)`: `python -m mlx_audio.server` (bench/asr_stream.py: its realtime
+  transcription WebSocket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.cluster import free_port
+from deployments import blas
+
+
+class PeerServer:
+    """A server subprocess; `await wait_ready()` polls `ready_path` until it answers 200."""
+
+    def __init__(self, name: str, args: list[str], log: Path, ready_path: str):
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ready_path = ready_path
+        self.log = open(log, "wb")
+        cmd = [sys.executable, "-m", *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=blas.subprocess_env(blas.select())
+        )
+
+    async def wait_ready(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=5) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (see {self.log.name})")
+                try:
+                    if (await http.get(f"{self.url}{self.ready_path}")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.5)
+        raise TimeoutError(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def mlx_lm_server(model_dir: Path, tokens: int, log: Path) -> PeerServer:
+    args = ["mlx_lm", "server", "--model", str(model_dir), "--temp", "0", "--max-tokens", str(tokens)]
+    return PeerServer("mlx_lm.server", [*args, "--log-level", "WARNING"], log, "/v1/models")
+
+
+def mlx_audio_server(log: Path) -> PeerServer:
+    return PeerServer("mlx_audio.server", ["mlx_audio.server"], log, "/v1/models")
