@@ -7,6 +7,7 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -89,12 +90,17 @@ def rss_bytes(pid: int) -> Optional[int]:
     return None
 
 
-async def wait_ready(base_url: str, timeout_s: float = 300) -> None:
+async def wait_ready(
+    base_url: str, timeout_s: float = 300, path: str = "/readyz", alive: Optional[Callable[[], None]] = None
+) -> None:
+    """Poll `path` until it answers 200; `alive` raises if the server's process has died."""
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=10) as http:
         while time.monotonic() < deadline:
+            if alive is not None:
+                alive()
             try:
-                if (await http.get(f"{base_url}/readyz")).status_code == 200:
+                if (await http.get(f"{base_url}{path}")).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

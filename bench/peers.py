@@ -9,15 +9,11 @@ comparison is between servers, not BLAS libraries.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-from bench.cluster import free_port
+from bench.cluster import free_port, wait_ready
 from deployments import blas
 
 
@@ -36,18 +32,11 @@ class PeerServer:
         )
 
     async def wait_ready(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=5) as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (see {self.log.name})")
-                try:
-                    if (await http.get(f"{self.url}{self.ready_path}")).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.5)
-        raise TimeoutError(f"{self.name} did not start")
+        await wait_ready(self.url, timeout_s, self.ready_path, alive=self._alive)
+
+    def _alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (see {self.log.name})")
 
     def stop(self) -> None:
         self.proc.terminate()
