@@ -93,7 +93,8 @@ async def mlx_audio_session(url: str, model_dir: Path, pcm: bytes, spans) -> dic
 
     ws_url = url.replace("http://", "ws://") + "/v1/audio/transcriptions/realtime"
     partials, finals, texts = [], [], []
-    async with websockets.connect(ws_url, max_size=None, open_timeout=120) as ws:
+    # No keepalive pings: mlx-audio decodes on its event loop, which cannot answer them meanwhile.
+    async with websockets.connect(ws_url, max_size=None, open_timeout=120, ping_interval=None) as ws:
         await ws.send(json.dumps({"model": str(model_dir), "language": "en", "sample_rate": RATE}))
         ready = json.loads(await asyncio.wait_for(ws.recv(), 300))  # it loads the model first
         assert ready.get("status") == "ready", ready

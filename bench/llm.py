@@ -161,8 +161,6 @@ class InProcess:
         if self.engine is not None:
             self.engine.shutdown()
 
-        self.log.close()
-
 
 def wave_metrics(timings: list[Timing], t0: float) -> dict:
     wall = max(t.end for t in timings) - t0

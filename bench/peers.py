@@ -44,6 +44,7 @@ class PeerServer:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.log.close()
 
 
 def mlx_lm_server(model_dir: Path, tokens: int, log: Path) -> PeerServer:
