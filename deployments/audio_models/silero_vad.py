@@ -8,6 +8,11 @@ mlx-audio's Silero branch. Everything before the LSTM depends on one window only
 windows go through the STFT and the convolutions as one batch and only the LSTM steps in order:
 seconds of audio cost milliseconds.
 
+A live stream's `feed` evaluates the same weights with numpy instead: MLX runs one CPU op
+queue per process, so in an ASR replica whose Whisper pass is running, an MLX VAD step waits
+for the pass (a session's chunk round trip became the pass's, up to seconds); numpy runs
+beside it in milliseconds. `feed` and `probabilities` agree to 1e-5 (tested).
+
 `speech_regions` / `split_for_decoding` have the signatures of the energy VAD's
 (deployments/audio/vad.py), so the ASR engine can use either.
 """
@@ -100,6 +105,7 @@ class SileroVAD:
         weights = onnx_weights(path or package_file(PACKAGE, ONNX_FILE))
         self.branch.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
         mx.eval(self.branch.parameters())
+        self.numpy = NumpyBranch(weights, self.branch.config)
 
     def probabilities(self, samples: np.ndarray, rate: int = RATE) -> np.ndarray:
         """Speech probability of each 32 ms window of `samples` (mono float32)."""
@@ -119,7 +125,7 @@ class SileroVAD:
         whole = len(buffer) // WINDOW * WINDOW
         if whole == 0:
             return np.zeros(0, dtype=np.float32), replace(state, pending=buffer)
-        probs, lstm = self._run(windows(buffer[:whole], state.context), state.lstm)
+        probs, lstm = self.numpy.run(windows(buffer[:whole], state.context), state.lstm)
         return probs, StreamState(buffer[whole - CONTEXT : whole], buffer[whole:], lstm)
 
     def _run(self, batch: np.ndarray, lstm: tuple | None) -> tuple[np.ndarray, tuple]:
@@ -138,6 +144,53 @@ class SileroVAD:
         for conv in (b.conv1, b.conv2, b.conv3, b.conv4):
             x = nn.relu(conv(x))
         return x
+
+
+class NumpyBranch:
+    """mlx-audio's SileroVADBranch forward pass over the same weights (MLX layouts), in numpy:
+    convolutions as products of their unfolded inputs, the LSTM one window at a time."""
+
+    def __init__(self, weights: dict[str, np.ndarray], config: BranchConfig):
+        self.w = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+        self.config = config
+
+    def run(self, batch: np.ndarray, lstm: tuple | None) -> tuple[np.ndarray, tuple]:
+        """Probabilities of framed windows [n, CONTEXT + WINDOW], from LSTM state `lstm`."""
+        cfg, w = self.config, self.w
+        x = np.concatenate([batch, batch[:, -2 : -cfg.pad - 2 : -1]], axis=1)[..., None]  # reflect right
+        x = conv1d(x, w["stft_conv.weight"], None, stride=cfg.hop_length, padding=0)
+        x = np.sqrt(x[..., : cfg.cutoff] ** 2 + x[..., cfg.cutoff :] ** 2)
+        for i, stride in ((1, 1), (2, 2), (3, 2), (4, 1)):
+            x = np.maximum(conv1d(x, w[f"conv{i}.weight"], w[f"conv{i}.bias"], stride=stride, padding=1), 0)
+        gates = x.reshape(-1, x.shape[-1]) @ w["lstm.Wx"].T + w["lstm.bias"]  # one step per window
+        hidden, cell = (np.asarray(s, np.float32).reshape(1, -1) for s in lstm) if lstm else (None, None)
+        outputs = []
+        for step in gates:
+            ifgo = step[None] if hidden is None else step[None] + hidden @ w["lstm.Wh"].T
+            i, f, g, o = np.split(ifgo, 4, axis=-1)
+            i, f, o, g = _sigmoid(i), _sigmoid(f), _sigmoid(o), np.tanh(g)
+            cell = i * g if cell is None else f * cell + i * g
+            hidden = o * np.tanh(cell)
+            outputs.append(hidden)
+        hidden_all = np.maximum(np.concatenate(outputs), 0)
+        final = hidden_all @ w["final_conv.weight"][:, 0, :].T + w["final_conv.bias"]
+        return _sigmoid(final).reshape(-1).astype(np.float32), (hidden, cell)
+
+
+def conv1d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, stride: int, padding: int) -> np.ndarray:
+    """MLX's conv1d: x [n, length, in], weight [out, kernel, in] -> [n, out_length, out]."""
+    out, kernel, _ = weight.shape
+    if padding:
+        x = np.pad(x, ((0, 0), (padding, padding), (0, 0)))
+    length = (x.shape[1] - kernel) // stride + 1
+    starts = np.arange(length) * stride
+    patches = x[:, starts[:, None] + np.arange(kernel)]  # [n, out_length, kernel, in]
+    y = patches.reshape(x.shape[0], length, -1) @ weight.reshape(out, -1).T
+    return y if bias is None else y + bias
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
 
 
 @lru_cache(maxsize=1)
