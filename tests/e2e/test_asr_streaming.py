@@ -213,7 +213,7 @@ async def test_realtime_manual_commit(server, speech_pcm):
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}},
         },
     }
-    first = speech_pcm[: int(3.0 * RATE)]
+    first = speech_pcm[: int(6.0 * RATE)]  # FIRST (it ends near 5.3 s) and part of the pause
     messages = [update, *appends(first, RATE), {"type": "input_audio_buffer.commit"}]
     events = await realtime_events(server, messages, completions=1)
     kinds = [e["type"] for e in events]
