@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
@@ -36,6 +38,14 @@ class LLMSlotConfig(SlotModelsConfig):
         10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
     )
     prefix_cache_bytes: int = Field(2 << 30, ge=0, description="Memory the prefix cache and the running batch may hold")
+    cpu_dtype: Literal["auto", "float32", "keep"] = Field(
+        "auto",
+        description="On MLX's CPU backend: auto makes bf16/fp16/quantized weights dense float32 when the copy fits "
+        "cpu_upcast_max_bytes (BLAS-fast there); float32 always; keep never. Metal keeps the weights as they are",
+    )
+    cpu_upcast_max_bytes: int = Field(
+        4 << 30, ge=0, description="The largest dense float32 copy cpu_dtype auto makes of one model's weights"
+    )
 
     def max_ongoing_requests(self) -> int:
         return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
@@ -51,4 +61,6 @@ class LLMSlotConfig(SlotModelsConfig):
             default_max_tokens=self.default_max_tokens,
             prefix_cache_entries=self.prefix_cache_entries,
             prefix_cache_bytes=self.prefix_cache_bytes,
+            cpu_dtype=self.cpu_dtype,
+            cpu_upcast_max_bytes=self.cpu_upcast_max_bytes,
         )

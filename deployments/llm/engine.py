@@ -44,6 +44,8 @@ class EngineConfig:
     default_max_tokens: int = 2048
     prefix_cache_entries: int = 10  # prompt caches kept for reuse; 0 turns the cache off
     prefix_cache_bytes: int = 2 << 30
+    cpu_dtype: str = "auto"  # auto | float32 | keep: deployments/llm/dtype_policy.py
+    cpu_upcast_max_bytes: int = 4 << 30
 
 
 @dataclass
@@ -172,6 +174,7 @@ class LLMEngine(EngineThread[_Sequence]):
 
         t0 = time.perf_counter()
         self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
+        self._apply_dtype_policy()
         self.context_length = model_config.get("max_position_embeddings")
         gen_config = self.model_dir / "generation_config.json"
         if gen_config.exists():
@@ -186,6 +189,26 @@ class LLMEngine(EngineThread[_Sequence]):
                 self.model_id, self.config.prefix_cache_entries, self.config.prefix_cache_bytes
             )
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
+
+    def _apply_dtype_policy(self) -> None:
+        """Dense float32 on the CPU backend where that is faster and fits (dtype_policy.py)."""
+        from deployments.llm import dtype_policy
+
+        weights = dtype_policy.inspect_weights(self._model)
+        decision = dtype_policy.decide(
+            self.config.cpu_dtype, dtype_policy.on_cpu_backend(), weights, self.config.cpu_upcast_max_bytes
+        )
+        if decision.upcast:
+            dtype_policy.upcast(self._model)
+        self.stats["weights"] = "float32" if decision.upcast else weights.form
+        self.stats["weights_as_loaded"] = weights.form
+        logger.info(
+            "%s weights: %s as loaded, %s served (%s)",
+            self.model_id,
+            weights.form,
+            self.stats["weights"],
+            decision.reason,
+        )
 
     def _new_batch(self, stream):
         from mlx_lm.generate import BatchGenerator
