@@ -59,6 +59,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="serve this model (built-in id, directory, repo id) instead of the random benchmark model; "
         "a real model can end with EOS, which mlx_lm.server does not ignore: leave it out",
     )
+    p.add_argument(
+        "--llm-form",
+        default="float32",
+        choices=("float32", "bfloat16", "4bit"),
+        help="the benchmark model's checkpoint form: every system serves the same directory, each in its "
+        "best configuration (the graph applies its CPU dtype policy, llm.cpu_dtype)",
+    )
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--tokens", type=int, default=None, help="generated tokens per LLM request")

@@ -26,7 +26,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, parameter_count
+from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, ensure_form, parameter_count
 from bench.peers import mlx_lm_server
 from bench.report import pyplot, table
 from bench.stats import median_over_repeats, percentile, ratio
@@ -275,7 +275,7 @@ def bench_model(opts, cache_dir: Path) -> tuple[str, Path, dict]:
     default the random benchmark model. Its id for the graph, its directory, its config."""
     if opts.llm_model is None:
         config = SMOKE_CONFIG if opts.smoke else BENCH_CONFIG
-        model_dir = ensure_bench_model(cache_dir, config)
+        model_dir = ensure_form(ensure_bench_model(cache_dir, config), opts.llm_form)
         return str(model_dir), model_dir, config
     from deployments.hub import resolve_model_dir
     from deployments.llm.deployment import BUILTIN_LLMS, LLM_FILE_PATTERNS
@@ -326,6 +326,7 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
         "model": {
             "id": model_id if opts.llm_model else None,
             "dir_name": model_dir.name,
+            "form": opts.llm_form,
             "parameters": parameter_count(config),
             "config": config,
         },

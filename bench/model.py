@@ -29,6 +29,7 @@ BENCH_CONFIG = {
 # The smoke test's model: same code path, seconds to generate and run.
 SMOKE_CONFIG = {**tiny_model.MODEL_CONFIG, "vocab_size": 2048, "tie_word_embeddings": False}
 _FORMAT_VERSION = 1
+FORMS = ("float32", "bfloat16", "4bit")  # what checkpoints ship: the random model's, mlx-community's
 
 
 def parameter_count(config: dict) -> int:
@@ -54,3 +55,36 @@ def ensure_bench_model(cache_dir: Path, config: dict = BENCH_CONFIG) -> Path:
         (work / "generation_config.json").write_text(json.dumps({"eos_token_id": config["eos_token_id"]}))
 
     return build_model_dir(Path(cache_dir).expanduser() / name, write, f"the benchmark model {name}")
+
+
+def ensure_form(model_dir: Path, form: str) -> Path:
+    """`model_dir` (dense float32) as the checkpoint form `form`, beside it: bfloat16 weights,
+    or mlx-lm's 4-bit quantisation (group 64), as mlx-community repos ship them."""
+    if form == "float32":
+        return model_dir
+    if form not in FORMS:
+        raise ValueError(f"--llm-form must be one of {', '.join(FORMS)}")
+
+    def write(work: Path) -> None:
+        import mlx.core as mx
+        import mlx.nn as nn
+        import mlx_lm
+        from mlx_lm.utils import save_model
+
+        model, _ = mlx_lm.load(str(model_dir))
+        config = json.loads((model_dir / "config.json").read_text())
+        if form == "4bit":
+            nn.quantize(model, group_size=64, bits=4)
+            config["quantization"] = {"group_size": 64, "bits": 4}
+        model.set_dtype(mx.bfloat16)  # scales too, as mlx-community's bf16-based 4-bit repos
+        save_model(work, model)
+        (work / "config.json").write_text(json.dumps(config, indent=2))
+        for f in model_dir.iterdir():
+            if (
+                f.is_file()
+                and f.suffix != ".safetensors"
+                and f.name not in ("config.json", "model.safetensors.index.json")
+            ):
+                (work / f.name).write_bytes(f.read_bytes())
+
+    return build_model_dir(model_dir.parent / f"{model_dir.name}-{form}", write, f"{model_dir.name} as {form}")
