@@ -8,11 +8,13 @@ symbol scope before MLX's library loads, the dynamic linker binds MLX's calls to
 
 `OMINIX_BLAS` chooses: `auto` (the default: the system OpenBLAS when one is installed, else the
 bundled one), `reference` (keep the wheel's), or the path of a library with the cblas symbols.
-OpenBLAS's threads follow the cores this process may run on (`os.sched_getaffinity`), not
-the replica's logical CPU share: Ray sets `OMP_NUM_THREADS` for a replica to the floor of its
-`num_cpus` (1 for the small shares serve_config.yaml gives, docs/resources.md), which OpenBLAS
-would follow, leaving a lone busy replica one core of two. `OPENBLAS_NUM_THREADS`, when set,
-still wins (a benchmark pinning one thread, an operator capping it).
+OpenBLAS gets one thread per process (`OPENBLAS_NUM_THREADS=1` unless set): the graph's
+replicas are processes that share the cores through the OS scheduler, and OpenBLAS's threaded
+GEMM collapses when one of its threads is descheduled mid-product (its threads wait for each
+other). Measured on the 2-core box at load average 17, one Whisper tiny.en window: 1.8-2.0 s
+with one thread, 1.5 s with two when the machine happened to be free and 7.5-14.3 s when it
+was not. `OPENBLAS_NUM_THREADS`, when set, still wins (a lone big replica on a quiet machine,
+docs/linux-openblas.md).
 
 Pure standard library, and it must run before anything imports `mlx.core`: every slot replica
 calls `select()` first thing (deployments/slot_replica.py), and the engines import MLX lazily,
@@ -36,6 +38,7 @@ logger = logging.getLogger(__name__)
 ENV = "OMINIX_BLAS"
 THREADS_ENV = "OPENBLAS_NUM_THREADS"
 REFERENCE = "reference"
+DEFAULT_THREADS = 1  # per process: replicas share the cores as processes (see above)
 # Where distributions put OpenBLAS; the threaded builds first.
 _SEARCH = (
     "/usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so*",
@@ -82,7 +85,7 @@ def _select(setting: str) -> BlasChoice:
     if "mlx.core" in sys.modules:
         return BlasChoice(REFERENCE, "mlx was imported before ominix-serve chose a BLAS")
     # Read by OpenBLAS once, when it loads: set before any candidate is opened.
-    os.environ.setdefault(THREADS_ENV, str(real_cores()))
+    os.environ.setdefault(THREADS_ENV, str(DEFAULT_THREADS))
     if setting.lower() != "auto":
         error = _open_global(setting)
         if error:
@@ -101,14 +104,6 @@ def candidates() -> list[str]:
     if by_name:
         found.append(by_name)
     return list(dict.fromkeys(found))
-
-
-def real_cores() -> int:
-    """Cores this process may run on (its CPU affinity), whatever Ray's logical share says."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _threads(path: str) -> Optional[int]:
