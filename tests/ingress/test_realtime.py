@@ -135,8 +135,8 @@ def test_bad_events_get_error_events_and_the_socket_stays_open(app, message, par
         assert ws.receive_json()["type"] == "input_audio_buffer.cleared"
 
 
-def test_a_connection_without_the_transcription_intent_is_refused(app):
-    with TestClient(app).websocket_connect("/v1/realtime") as ws:
+def test_a_connection_with_an_unknown_intent_is_refused(app):
+    with TestClient(app).websocket_connect("/v1/realtime?intent=translation") as ws:
         error = ws.receive_json()
         assert error["type"] == "error" and error["error"]["param"] == "intent"
 

@@ -1,0 +1,75 @@
+"""The Realtime conversation on the live graph: espeak-ng speech appended as 24 kHz PCM16 with
+server VAD is transcribed by the ASR slot (Whisper tiny.en), answered by the LLM slot
+(SmolLM2) and spoken by the TTS slot (the tiny pocket_tts), as OpenAI's Realtime events over
+a real `websockets` client."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+import numpy as np
+
+from tests.speech import silence, speak, words
+
+RATE = 24000
+SPOKEN = "Hello world, what is the weather like today?"
+
+
+def appends(samples: np.ndarray, seconds: float = 0.1) -> list[dict]:
+    data = np.clip(np.round(samples * 32768), -32768, 32767).astype("<i2").tobytes()
+    step = int(RATE * seconds) * 2
+    return [
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i : i + step]).decode()}
+        for i in range(0, len(data), step)
+    ]
+
+
+async def converse(server: str, messages: list[dict], timeout_s: float = 120) -> list[tuple[float, dict]]:
+    """Send `messages` on /v1/realtime; every event (with its arrival time) up to response.done."""
+    import websockets
+
+    url = server.replace("http://", "ws://") + "/v1/realtime"
+    events = []
+    async with websockets.connect(url, max_size=None) as ws:
+        created = json.loads(await ws.recv())
+        assert created["type"] == "session.created" and created["session"]["type"] == "realtime", created
+        t0 = time.monotonic()
+        for message in messages:
+            await ws.send(json.dumps(message))
+        while not events or events[-1][1]["type"] != "response.done":
+            try:
+                e = json.loads(await asyncio.wait_for(ws.recv(), timeout_s))
+            except TimeoutError:
+                raise AssertionError(
+                    f"no event for {timeout_s} s after {[(t, e['type']) for t, e in events]}"
+                ) from None
+            assert e["type"] != "error", e
+            events.append((round(time.monotonic() - t0, 2), e))
+    return events
+
+
+async def test_spoken_words_are_heard_answered_and_spoken_back(server):
+    speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(1.0, RATE)])
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 24}}
+    timed = await converse(server, [update, *appends(speech)])
+    events = [e for _, e in timed]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "session.updated" and "input_audio_buffer.speech_started" in kinds
+    [heard] = [e["transcript"] for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert {"world", "weather", "today"} <= set(words(heard)), heard  # tiny.en may mishear "hello"
+    assert kinds.index("conversation.item.input_audio_transcription.completed") < kinds.index("response.created")
+    audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    assert len(audio) % 2 == 0 and len(audio) / 2 / RATE > 0.2, len(audio)  # real speech came back, 24 kHz
+    assert np.abs(np.frombuffer(audio, "<i2")).max() > 500  # not silence
+    transcript = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and transcript.strip()
+    assert done["output"][0]["content"][0]["transcript"] == transcript.strip()
+    first_audio = next(t for t, e in timed if e["type"] == "response.output_audio.delta")
+    stopped = next(t for t, e in timed if e["type"] == "input_audio_buffer.speech_stopped")
+    print(
+        f"realtime agent: heard {heard!r}, said {transcript!r}; first audio {first_audio - stopped:.2f} s after speech stopped"
+    )
