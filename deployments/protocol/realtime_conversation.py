@@ -49,22 +49,13 @@ class ConversationSession(TranscriptionSession):
         }
 
     def updated(self, session: Any) -> ConversationSession:
-        new = super().updated(session)
-        if "instructions" in session:
-            new = replace(new, instructions=_text(session["instructions"], "session.instructions"))
-        if "output_modalities" in session:
-            new = replace(new, output_modalities=modalities(session["output_modalities"], "session.output_modalities"))
-        if "max_output_tokens" in session:
-            new = replace(new, max_output_tokens=max_tokens(session["max_output_tokens"], "session.max_output_tokens"))
-        output = object_at(object_at(session, "audio", "session.audio"), "output", "session.audio.output")
+        new, output = super().updated(session).applied(session, "session")
         if "format" in output:
             fmt = object_at(output, "format", "session.audio.output.format")
             if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", OUTPUT_RATE) != OUTPUT_RATE:
                 raise RealtimeError(
                     f"Only audio/pcm output at {OUTPUT_RATE} Hz is supported", "session.audio.output.format"
                 )
-        if "voice" in output:
-            new = replace(new, voice=_voice(output["voice"], "session.audio.output.voice"))
         if "speed" in output:
             speed = output["speed"]
             if not isinstance(speed, (int, float)) or isinstance(speed, bool) or not 0.25 <= speed <= 4:
@@ -78,17 +69,18 @@ class ConversationSession(TranscriptionSession):
             return self
         if not isinstance(params, dict):
             raise RealtimeError("`response` must be an object", "response")
-        new = self
-        if "instructions" in params:
-            new = replace(new, instructions=_text(params["instructions"], "response.instructions"))
-        if "output_modalities" in params:
-            new = replace(new, output_modalities=modalities(params["output_modalities"], "response.output_modalities"))
-        if "max_output_tokens" in params:
-            new = replace(new, max_output_tokens=max_tokens(params["max_output_tokens"], "response.max_output_tokens"))
-        output = object_at(object_at(params, "audio", "response.audio"), "output", "response.audio.output")
+        return self.applied(params, "response")[0]
+
+    def applied(self, fields: dict, prefix: str) -> tuple[ConversationSession, dict]:
+        """What a session.update's `session` and a response.create's `response` both set
+        (instructions, output_modalities, max_output_tokens, the output voice), and their
+        `audio.output` object."""
+        parsers = {"instructions": _text, "output_modalities": modalities, "max_output_tokens": max_tokens}
+        changes = {k: parse(fields[k], f"{prefix}.{k}") for k, parse in parsers.items() if k in fields}
+        output = object_at(object_at(fields, "audio", f"{prefix}.audio"), "output", f"{prefix}.audio.output")
         if "voice" in output:
-            new = replace(new, voice=_voice(output["voice"], "response.audio.output.voice"))
-        return new
+            changes["voice"] = _voice(output["voice"], f"{prefix}.audio.output.voice")
+        return replace(self, **changes), output
 
 
 def _voice(value: Any, param: str) -> Optional[str]:
@@ -137,23 +129,20 @@ def user_text(item: Any) -> str:
 def user_item(item_id: str, text: str, audio: bool) -> dict:
     """A user message item: an utterance's transcript, or text a client added."""
     part = {"type": "input_audio", "transcript": text} if audio else {"type": "input_text", "text": text}
-    return {
-        "id": item_id,
-        "object": "realtime.item",
-        "type": "message",
-        "role": "user",
-        "status": "completed",
-        "content": [part],
-    }
+    return _message(item_id, "user", part, "completed")
 
 
 def assistant_item(item_id: str, text: str, audio: bool, status: str) -> dict:
     part = {"type": "output_audio", "transcript": text} if audio else {"type": "output_text", "text": text}
+    return _message(item_id, "assistant", part, status)
+
+
+def _message(item_id: str, role: str, part: dict, status: str) -> dict:
     return {
         "id": item_id,
         "object": "realtime.item",
         "type": "message",
-        "role": "assistant",
+        "role": role,
         "status": status,
         "content": [part],
     }

@@ -3,32 +3,24 @@ the ASR slot (the fakes' loudness VAD, a decoder that names each utterance's len
 and TTS slots. Each server-VAD turn transcribed then answered by the agent pipeline as OpenAI's
 response events; manual commits, text turns and text-only responses; the conversation's history
 reaching the LLM; response.cancel and barge-in stopping the LLM and TTS streams; bad events as
-error events on an open socket; the model and the key."""
+error events on an open socket; the model on the URL (the key: tests/ingress/test_realtime.py)."""
 
 from __future__ import annotations
 
 import base64
 
 import pytest
-from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.testclient import TestClient
 
-from deployments.ingress.app import create_app
 from deployments.protocol.errors import APIError
-from graphs.config import GraphArgs
 from tests.ingress import fakes
-from tests.ingress.conftest import ingress_state, shipped_args
-from tests.ingress.fakes import pcm, session_host, streaming_asr
+from tests.ingress.fakes import pcm, streaming_asr
 from tests.ingress.test_realtime import append, until
 
 URL = "/v1/realtime"
 ANSWER = "Paris is the capital of France. It is a big city! Bye"
 SENTENCES = ["Paris is the capital of France.", "It is a big city!", "Bye"]
 RATE = 24000  # the session's input and output rate (OpenAI's)
-
-
-@pytest.fixture
-def host():
-    return session_host()[0]
 
 
 @pytest.fixture
@@ -310,16 +302,3 @@ def test_a_socket_closed_mid_response_stops_both_slots(app, slots, host):
     from tests.assertions import wait_for
 
     wait_for(lambda: not in_flight(slots) and len(host.table) == 0, timeout_s=10)
-
-
-def test_the_key_as_header_or_browser_subprotocol(slots, tmp_path):
-    config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={"OMINIX_API_KEY": "secret"})
-    client = TestClient(create_app(ingress_state(config, slots)))
-    with pytest.raises(WebSocketDenialResponse) as denied:
-        with client.websocket_connect(URL):
-            pass
-    assert denied.value.status_code == 401
-    with client.websocket_connect(URL, headers={"Authorization": "Bearer secret"}) as ws:
-        assert ws.receive_json()["session"]["type"] == "realtime"
-    with client.websocket_connect(URL, subprotocols=["bearer", "secret"]) as ws:
-        assert ws.accepted_subprotocol == "bearer" and ws.receive_json()["session"]["type"] == "realtime"
