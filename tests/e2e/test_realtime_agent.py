@@ -1,7 +1,7 @@
 """The Realtime conversation on the live graph: espeak-ng speech appended as 24 kHz PCM16 with
 server VAD is transcribed by the ASR slot (Whisper tiny.en), answered by the LLM slot
 (SmolLM2) and spoken by the TTS slot (the tiny pocket_tts), as OpenAI's Realtime events over
-a real `websockets` client."""
+a real `websockets` client; speech over the answer cancels it and stops both slots' work."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from tests.assertions import wait_for
+from tests.e2e.test_agent_api import _in_flight
 from tests.speech import silence, speak, words
 
 RATE = 24000
@@ -73,3 +75,35 @@ async def test_spoken_words_are_heard_answered_and_spoken_back(server):
     print(
         f"realtime agent: heard {heard!r}, said {transcript!r}; first audio {first_audio - stopped:.2f} s after speech stopped"
     )
+
+
+async def test_speech_over_the_answer_cancels_it_and_stops_both_slots(server, http):
+    import websockets
+
+    wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=60)
+    speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(1.0, RATE)])
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 400}}
+    url = server.replace("http://", "ws://") + "/v1/realtime"
+    seen = []
+
+    async def until(ws, kind: str) -> dict:
+        while True:
+            e = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            seen.append(e["type"])
+            assert e["type"] != "error", e
+            if e["type"] == kind:
+                return e
+
+    async with websockets.connect(url, max_size=None) as ws:
+        await until(ws, "session.created")
+        for message in [update, *appends(speech)]:
+            await ws.send(json.dumps(message))
+        await until(ws, "response.output_audio.delta")  # the answer is playing
+        for message in appends(speech):  # the user talks over it
+            await ws.send(json.dumps(message))
+        done = await until(ws, "response.done")
+        assert done["response"]["status"] == "cancelled", seen
+        assert done["response"]["status_details"]["reason"] == "turn_detected"
+        assert seen.index("input_audio_buffer.speech_started", seen.index("response.created")) < len(seen) - 1
+    # The socket closed with the interrupting turn's answer maybe under way: nothing runs on.
+    wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=30, interval=0.3)
