@@ -2,7 +2,7 @@
 the ASR slot (the fakes' loudness VAD, a decoder that names each utterance's length), fake LLM
 and TTS slots. Each server-VAD turn transcribed then answered by the agent pipeline as OpenAI's
 response events; manual commits, text turns and text-only responses; the conversation's history
-reaching the LLM; response.cancel and barge-in stopping the LLM and TTS streams; bad events as
+reaching the LLM; every event as the openai SDK types it; response.cancel and barge-in stopping the LLM and TTS streams; bad events as
 error events on an open socket; the model on the URL (the key: tests/ingress/test_realtime.py)."""
 
 from __future__ import annotations
@@ -41,6 +41,17 @@ def connect(app, url: str = URL):
     return ws
 
 
+def typed(events: list[dict]) -> list[dict]:
+    """`events`, each checked against the openai SDK's type for it (its name, fields, literals)."""
+    from openai.types.realtime import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(RealtimeServerEvent)
+    for e in events:
+        adapter.validate_python(e)
+    return events
+
+
 def in_flight(slots) -> list:
     return [s for name in ("llm", "tts") for s in slots[name].streams if s.in_flight]
 
@@ -55,16 +66,16 @@ def syntheses(slots) -> list[str]:
 
 def test_a_spoken_turn_is_transcribed_then_answered_in_speech(app, slots, host):
     with connect(app) as ws:
-        created = ws.receive_json()
+        [created] = typed([ws.receive_json()])
         assert created["type"] == "session.created" and created["session"]["type"] == "realtime"
         assert created["session"]["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": RATE}
         update = {"type": "realtime", "instructions": "Answer briefly.", "audio": {"output": {"voice": "alba"}}}
         ws.send_json({"type": "session.update", "session": update})
-        updated = ws.receive_json()
+        [updated] = typed([ws.receive_json()])
         assert updated["type"] == "session.updated" and updated["session"]["instructions"] == "Answer briefly."
         assert updated["session"]["audio"]["output"]["voice"] == "alba"
         say(ws)
-        events = until(ws, "response.done")
+        events = typed(until(ws, "response.done"))
         kinds = [e["type"] for e in events]
         assert kinds[:6] == [
             "input_audio_buffer.speech_started",
@@ -128,7 +139,7 @@ def test_manual_commit_then_a_text_only_response(app, slots):
         events = until(ws, "conversation.item.added")
         assert "input_audio_buffer.speech_started" not in [e["type"] for e in events]  # no server VAD
         ws.send_json({"type": "response.create"})
-        events = until(ws, "response.done")
+        events = typed(until(ws, "response.done"))
         kinds = [e["type"] for e in events]
         assert kinds.count("response.output_text.delta") == 3 and "response.output_audio.delta" not in kinds
         assert events[-1]["response"]["output"][0]["content"][0] == {"type": "output_text", "text": " ".join(SENTENCES)}
@@ -162,7 +173,7 @@ def test_response_cancel_stops_the_llm_and_the_synthesis(app, slots):
         ws.send_json({"type": "response.create"})
         until(ws, "response.output_audio.delta")  # it is speaking
         ws.send_json({"type": "response.cancel"})
-        events = until(ws, "response.done")
+        events = typed(until(ws, "response.done"))
         done = events[-1]["response"]
         assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
         assert done["output"][0]["status"] == "incomplete"
@@ -202,7 +213,7 @@ def test_an_llm_failure_is_a_failed_response_and_the_session_goes_on(app, slots)
     with connect(app) as ws:
         ws.receive_json()
         say(ws)
-        events = until(ws, "response.done")
+        events = typed(until(ws, "response.done"))
         assert events[-2]["type"] != "error" and any(e["type"] == "error" for e in events)
         done = events[-1]["response"]
         assert done["status"] == "failed" and "engine died" in done["status_details"]["error"]["message"]
