@@ -82,8 +82,10 @@ async def test_speech_over_the_answer_cancels_it_and_stops_both_slots(server, ht
 
     wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=60)
     speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(1.0, RATE)])
-    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 400}}
-    url = server.replace("http://", "ws://") + "/v1/realtime"
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 2000}}
+    # The random-weight tiny LLM never says its end token: the answer is still running when the
+    # user talks over it (SmolLM2 may finish first).
+    url = server.replace("http://", "ws://") + "/v1/realtime?model=ominix-tiny-qwen3"
     seen = []
 
     async def until(ws, kind: str) -> dict:
@@ -107,3 +109,25 @@ async def test_speech_over_the_answer_cancels_it_and_stops_both_slots(server, ht
         assert seen.index("input_audio_buffer.speech_started", seen.index("response.created")) < len(seen) - 1
     # The socket closed with the interrupting turn's answer maybe under way: nothing runs on.
     wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=30, interval=0.3)
+
+
+async def test_the_openai_sdk_holds_a_text_conversation(aclient):
+    """The SDK's own Realtime client (`client.realtime.connect`), its typed events, two turns."""
+    model = "ominix-smollm2-135m-instruct"
+    async with aclient.realtime.connect(model=model) as conn:
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "max_output_tokens": 16})
+        answers = []
+        for question in ("What is the capital of France?", "And of Spain?"):
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
+            await conn.conversation.item.create(item=item)
+            await conn.response.create()
+            deltas = []
+            async for e in conn:
+                assert e.type != "error", e
+                if e.type == "response.output_text.delta":
+                    deltas.append(e.delta)
+                if e.type == "response.done":
+                    break
+            assert e.response.status == "completed" and e.response.output[0].content[0].text == "".join(deltas)
+            answers.append("".join(deltas))
+    assert all(a.strip() for a in answers), answers

@@ -111,11 +111,21 @@ def generation(text: str = "Hello there", served_by: str = "ominix-tiny-qwen3") 
     return answer
 
 
-def slowly(answer: Callable[..., Iterable], delay_s: float) -> Callable[..., Iterable]:
-    """`answer`'s chunks, each after `delay_s` (a stream still running when a test acts)."""
+def slowly(answer: Callable[..., Iterable], delay_s: float, cancelled_as=None) -> Callable[..., Iterable]:
+    """`answer`'s chunks, each after `delay_s` (a stream still running when a test acts).
+    `cancelled_as`: the exception a cancelled read raises instead (a Ray handle's stream raises
+    concurrent.futures.CancelledError, an Exception, not asyncio's)."""
+
+    async def later(chunk):
+        try:
+            return await asyncio.sleep(delay_s, result=chunk)
+        except asyncio.CancelledError:
+            if cancelled_as is None:
+                raise
+            raise cancelled_as() from None
 
     def slow(*args, model: Optional[str] = None) -> Iterable:
-        return (asyncio.sleep(delay_s, result=chunk) for chunk in answer(*args, model=model))
+        return (later(chunk) for chunk in answer(*args, model=model))
 
     return slow
 

@@ -8,6 +8,7 @@ error events on an open socket; the model on the URL (the key: tests/ingress/tes
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 
 import pytest
 from starlette.testclient import TestClient
@@ -164,8 +165,11 @@ def test_a_text_message_and_a_response_that_overrides_the_session(app, slots):
         assert chat.max_tokens == 20 and slots["tts"].calls[-1][1][0].voice == "marius"
 
 
-def test_response_cancel_stops_the_llm_and_the_synthesis(app, slots):
-    slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER + " " + "More words. " * 50), 0.02)
+@pytest.mark.parametrize("cancelled_as", [None, concurrent.futures.CancelledError])  # asyncio's, Ray's
+def test_response_cancel_stops_the_llm_and_the_synthesis(app, slots, cancelled_as):
+    long = fakes.generation(ANSWER + " " + "More words. " * 50)
+    slots["llm"].answers["chat"] = fakes.slowly(long, 0.005, cancelled_as)
+    slots["tts"].answers["synthesize"] = fakes.slowly(fakes.speech(), 0.1, cancelled_as)  # the cancel lands here
     with connect(app) as ws:
         ws.receive_json()
         item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Talk."}]}
@@ -174,6 +178,7 @@ def test_response_cancel_stops_the_llm_and_the_synthesis(app, slots):
         until(ws, "response.output_audio.delta")  # it is speaking
         ws.send_json({"type": "response.cancel"})
         events = typed(until(ws, "response.done"))
+        assert "error" not in [e["type"] for e in events]
         done = events[-1]["response"]
         assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
         assert done["output"][0]["status"] == "incomplete"

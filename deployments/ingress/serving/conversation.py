@@ -58,6 +58,14 @@ async def open_conversation(websocket: WebSocket, state: IngressState, model: Op
     return Conversation(websocket, state, llm_model)
 
 
+def _cancelled(response: Response) -> tuple[str, dict]:
+    """The response's cancel was handled: its task goes on to send the done events."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
+    return "cancelled", {"type": "cancelled", "reason": response.reason}
+
+
 @dataclass
 class Response:
     """The response in progress: its task, and why it is being cancelled."""
@@ -188,15 +196,25 @@ class Conversation(Connection):
             async for piece in reply.events():
                 await self._output(piece, reply.sample_rate, said, response)
         except asyncio.CancelledError:
-            if response.closing:
+            if response.closing or response.reason is None:
                 raise
-            asyncio.current_task().uncancel()
-            status, details = "cancelled", {"type": "cancelled", "reason": response.reason}
+            status, details = _cancelled(response)
         except Exception as e:
-            error = from_exception(e)
-            body = {"type": error.type, "code": error.code, "message": error.message}
-            status, details = "failed", {"type": "failed", "error": body}
-            await self.send(error_event(error.message, error.param, error.code or "response_failed"))
+            if response.closing:
+                return
+            if response.reason is not None:  # a Ray handle turned the cancel into its own error
+                status, details = _cancelled(response)
+            else:
+                status, details = await self._failed(e)
+        await self._end(response, said, status, details)
+
+    async def _failed(self, e: Exception) -> tuple[str, dict]:
+        """An error event for a slot's failure; the response ends `failed`."""
+        error = from_exception(e)
+        await self.send(error_event(error.message, error.param, error.code or "response_failed"))
+        return "failed", {"type": "failed", "error": {"type": error.type, "code": error.code, "message": error.message}}
+
+    async def _end(self, response: Response, said: list, status: str, details: Optional[dict]) -> None:
         response.finishing = True
         text = " ".join(said)
         if text:
