@@ -1,7 +1,8 @@
 """OpenAI's Realtime API for transcription (`/v1/realtime?intent=transcription`), GA event names
 as the openai SDK 3.x types them: the session configuration a client may set, the server events,
 and the audio framing. Ray-free and MLX-free; the WebSocket itself is
-deployments/ingress/routers/realtime.py.
+deployments/ingress/serving/realtime.py, and the conversation session built on this one is
+deployments/protocol/realtime_conversation.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import base64
 import binascii
 import secrets
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from deployments.audio.resample import resample
 
 RATES = (24000, 16000)  # audio/pcm input rates accepted (24 kHz is OpenAI's)
 SESSION_RATE = 16000  # what the ASR session takes
+# Realtime events carry no partial hypotheses (each utterance is decoded once, when it ends), so
+# the ASR session never spends a decode on one.
+NO_PARTIALS = {"partial_every_s": float("inf")}
 
 
 class RealtimeError(Exception):
@@ -35,6 +39,8 @@ class TurnDetection:
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
+    create_response: bool = True  # a conversation answers each utterance VAD ends
+    interrupt_response: bool = True  # and speech starting stops the answer playing
 
     def stream_overrides(self) -> dict:
         """The ASR session's StreamConfig fields these set."""
@@ -43,11 +49,13 @@ class TurnDetection:
             "preroll_s": self.prefix_padding_ms / 1000,
             "pause_s": self.silence_duration_ms / 1000,
             "auto_finalize": True,
+            **NO_PARTIALS,
         }
 
 
 @dataclass(frozen=True)
 class TranscriptionSession:
+    TYPE: ClassVar[str] = "transcription"
     rate: int = 24000
     model: Optional[str] = None
     language: Optional[str] = None
@@ -56,7 +64,7 @@ class TranscriptionSession:
 
     def stream_overrides(self) -> dict:
         if self.turn_detection is None:
-            return {"auto_finalize": False}
+            return {"auto_finalize": False, **NO_PARTIALS}
         return self.turn_detection.stream_overrides()
 
     def as_event_session(self, session_id: str) -> dict:
@@ -81,12 +89,12 @@ class TranscriptionSession:
         """This configuration with a session.update's `session` applied (all or nothing)."""
         if not isinstance(session, dict):
             raise RealtimeError("session.update needs a `session` object", "session")
-        if session.get("type", "transcription") != "transcription":
-            raise RealtimeError("This endpoint serves transcription sessions only", "session.type")
-        audio_input = _object(_object(session, "audio", "session.audio"), "input", "session.audio.input")
+        if session.get("type", self.TYPE) != self.TYPE:
+            raise RealtimeError(f"This connection serves {self.TYPE} sessions only", "session.type")
+        audio_input = object_at(object_at(session, "audio", "session.audio"), "input", "session.audio.input")
         new = self
         if "format" in audio_input:
-            fmt = _object(audio_input, "format", "session.audio.input.format")
+            fmt = object_at(audio_input, "format", "session.audio.input.format")
             if fmt.get("type", "audio/pcm") != "audio/pcm":
                 raise RealtimeError("Only audio/pcm input is supported", "session.audio.input.format.type")
             rate = fmt.get("rate", 24000)
@@ -94,7 +102,7 @@ class TranscriptionSession:
                 raise RealtimeError(f"audio/pcm rate must be one of {RATES}", "session.audio.input.format.rate")
             new = replace(new, rate=rate)
         if "transcription" in audio_input:
-            t = _object(audio_input, "transcription", "session.audio.input.transcription")
+            t = object_at(audio_input, "transcription", "session.audio.input.transcription")
             fields = {k: t.get(k) for k in ("model", "language", "prompt")}
             for k, v in fields.items():
                 if v is not None and not isinstance(v, str):
@@ -105,7 +113,7 @@ class TranscriptionSession:
         return new
 
 
-def _object(parent: dict, key: str, name: str) -> dict:
+def object_at(parent: dict, key: str, name: str) -> dict:
     value = parent.get(key, {})
     if not isinstance(value, dict):
         raise RealtimeError(f"`{name}` must be an object", name)
@@ -129,7 +137,11 @@ def _turn_detection(value: Any) -> Optional[TurnDetection]:
             raise RealtimeError(f"{name} must be an integer from 0 to {hi}", f"{param}.{name}")
     if silence < 32:
         raise RealtimeError("silence_duration_ms must be at least 32 (one VAD window)", f"{param}.silence_duration_ms")
-    return TurnDetection(float(threshold), padding, silence)
+    flags = {k: value.get(k, True) for k in ("create_response", "interrupt_response")}
+    for name, v in flags.items():
+        if not isinstance(v, bool):
+            raise RealtimeError(f"{name} must be a boolean", f"{param}.{name}")
+    return TurnDetection(float(threshold), padding, silence, **flags)
 
 
 def new_id(prefix: str) -> str:

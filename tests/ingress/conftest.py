@@ -50,6 +50,12 @@ def slots() -> dict[str, fakes.FakeClient]:
 
 
 @pytest.fixture
+def host():
+    """A real ASR SessionHost over the fakes' loudness VAD (tests/ingress/fakes.py)."""
+    return fakes.session_host()[0]
+
+
+@pytest.fixture
 def app(slots, tmp_path):
     config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={})
     return create_app(ingress_state(config, slots))

@@ -32,11 +32,13 @@ class SlotNotExpected(APIError):
 
 
 class FakeStream:
-    """What a streaming handle call returns: an async iterator that can be cancelled."""
+    """What a streaming handle call returns: an async iterator that can be cancelled. An
+    awaitable item is awaited (a slow stream: `asyncio.sleep(s, result=chunk)`)."""
 
     def __init__(self, items: Iterable[Any]):
         self._items = iter(items)
         self.cancelled = False
+        self.finished = False
 
     def __aiter__(self):
         return self
@@ -44,7 +46,10 @@ class FakeStream:
     async def __anext__(self):
         await asyncio.sleep(0)
         item = next(self._items, StopAsyncIteration)
+        if inspect.isawaitable(item):
+            item = await item
         if item is StopAsyncIteration:
+            self.finished = True
             raise StopAsyncIteration
         if isinstance(item, BaseException):
             raise item
@@ -52,6 +57,11 @@ class FakeStream:
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    @property
+    def in_flight(self) -> bool:
+        """Still running in the (fake) deployment: neither read to its end nor cancelled."""
+        return not (self.finished or self.cancelled)
 
 
 class FakeClient:
@@ -99,6 +109,25 @@ def generation(text: str = "Hello there", served_by: str = "ominix-tiny-qwen3") 
         return [*chunks, GenerationChunk(finish_reason="stop", usage=usage)]
 
     return answer
+
+
+def slowly(answer: Callable[..., Iterable], delay_s: float, cancelled_as=None) -> Callable[..., Iterable]:
+    """`answer`'s chunks, each after `delay_s` (a stream still running when a test acts).
+    `cancelled_as`: the exception a cancelled read raises instead (a Ray handle's stream raises
+    concurrent.futures.CancelledError, an Exception, not asyncio's)."""
+
+    async def later(chunk):
+        try:
+            return await asyncio.sleep(delay_s, result=chunk)
+        except asyncio.CancelledError:
+            if cancelled_as is None:
+                raise
+            raise cancelled_as() from None
+
+    def slow(*args, model: Optional[str] = None) -> Iterable:
+        return (later(chunk) for chunk in answer(*args, model=model))
+
+    return slow
 
 
 def speech(seconds: float = 0.1) -> Callable[..., list]:

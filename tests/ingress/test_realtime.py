@@ -12,14 +12,9 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from deployments.ingress.app import create_app
 from graphs.config import GraphArgs
 from tests.ingress.conftest import ingress_state, shipped_args
-from tests.ingress.fakes import pcm, session_host, streaming_asr
+from tests.ingress.fakes import pcm, streaming_asr
 
 URL = "/v1/realtime?intent=transcription"
-
-
-@pytest.fixture
-def host():
-    return session_host()[0]
 
 
 @pytest.fixture
@@ -135,8 +130,8 @@ def test_bad_events_get_error_events_and_the_socket_stays_open(app, message, par
         assert ws.receive_json()["type"] == "input_audio_buffer.cleared"
 
 
-def test_a_connection_without_the_transcription_intent_is_refused(app):
-    with TestClient(app).websocket_connect("/v1/realtime") as ws:
+def test_a_connection_with_an_unknown_intent_is_refused(app):
+    with TestClient(app).websocket_connect("/v1/realtime?intent=translation") as ws:
         error = ws.receive_json()
         assert error["type"] == "error" and error["error"]["param"] == "intent"
 
@@ -152,14 +147,15 @@ def test_a_lost_session_fails_the_item_and_closes(app, host):
         assert failed["error"]["code"] == "session_not_found"
 
 
-def test_the_key_as_header_or_browser_subprotocol(slots, tmp_path):
+@pytest.mark.parametrize("url", [URL, "/v1/realtime"])  # transcription, conversation
+def test_the_key_as_header_or_browser_subprotocol(slots, tmp_path, url):
     config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={"OMINIX_API_KEY": "secret"})
     client = TestClient(create_app(ingress_state(config, slots)))
     with pytest.raises(WebSocketDenialResponse) as denied:
-        with client.websocket_connect(URL):
+        with client.websocket_connect(url):
             pass
     assert denied.value.status_code == 401
-    with client.websocket_connect(URL, headers={"Authorization": "Bearer secret"}) as ws:
+    with client.websocket_connect(url, headers={"Authorization": "Bearer secret"}) as ws:
         assert ws.receive_json()["type"] == "session.created"
-    with client.websocket_connect(URL, subprotocols=["bearer", "secret"]) as ws:
+    with client.websocket_connect(url, subprotocols=["bearer", "secret"]) as ws:
         assert ws.accepted_subprotocol == "bearer" and ws.receive_json()["type"] == "session.created"

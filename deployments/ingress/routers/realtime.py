@@ -1,213 +1,37 @@
-"""OpenAI's Realtime transcription WebSocket, `/v1/realtime?intent=transcription`
-(docs/api/streaming-asr.md), over the same ASR streaming sessions as MiniInfer's routes.
-
-client: session.update, input_audio_buffer.append / commit / clear
-server: session.created / updated, input_audio_buffer.speech_started / speech_stopped /
-        committed / cleared, conversation.item.input_audio_transcription.delta / completed /
-        failed, error
-
-With `server_vad` (the default) the session's VAD ends each utterance after its pause; with
-`turn_detection: null` the client commits. Every completed utterance gets one delta with its
-whole text, then `completed` (Whisper decodes an utterance at once, as OpenAI's whisper-1 does).
-A session.update starts a fresh ASR session (audio buffered but not committed is dropped).
-Authentication is the ingress middleware's, as on /ws/v1/tts (header or subprotocol pair).
-"""
+"""`/v1/realtime`: OpenAI's Realtime WebSocket. With `?intent=transcription` a transcription
+session (serving/realtime.py, docs/api/streaming-asr.md); without an intent a speech-to-speech
+conversation (serving/conversation.py, docs/api/agent.md). Authentication is the ingress
+middleware's, as on /ws/v1/tts (header or subprotocol pair)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-from dataclasses import replace
-from typing import Any, Optional
-
 from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
 
-from deployments.ingress.errors import from_exception
+from deployments.ingress.serving.conversation import open_conversation
+from deployments.ingress.serving.realtime import Connection, serve
 from deployments.ingress.serving.streaming import ServingStreams
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.realtime import (
-    RealtimeError,
-    TranscriptionSession,
-    error_event,
-    event,
-    new_id,
-    session_pcm,
-)
+from deployments.protocol.realtime import error_event
 
-logger = logging.getLogger("ray.serve")
 router = APIRouter(tags=["audio"])
-IDLE_TIMEOUT_S = 600.0
-
-
-class SessionEnded(Exception):
-    """The ASR session behind the socket is gone: the server closes the connection."""
-
-
-class Connection:
-    """One WebSocket: its configuration, the ASR session behind it, the open item."""
-
-    def __init__(self, websocket: WebSocket, streams: ServingStreams):
-        self.ws, self.streams = websocket, streams
-        self.id = new_id("sess")
-        self.config = TranscriptionSession()
-        self.sid: Optional[str] = None
-        self.item: Optional[str] = None  # the utterance being spoken (server VAD)
-        self.previous_item: Optional[str] = None
-
-    async def send(self, payload: dict) -> None:
-        await self.ws.send_json(payload)
-
-    async def open(self, config: TranscriptionSession) -> None:
-        """(Re)start the ASR session with `config`; failures leave the old one in place."""
-        overrides = config.stream_overrides()
-        created = await self.streams.create(config.model, config.language, overrides)
-        await self.close_session()
-        self.sid, self.item = created["sid"], None
-        self.config = replace(config, model=created["model"])  # the model that serves it, by name
-
-    async def close_session(self) -> None:
-        if self.sid is not None:
-            sid, self.sid = self.sid, None
-            try:
-                await self.streams.call("stream_delete", sid)
-            except Exception:  # already gone: nothing to free
-                pass
-
-    async def handle(self, message: dict) -> None:
-        kind = message.get("type")
-        if kind == "session.update":
-            await self.open(self.config.updated(message.get("session")))
-            await self.send(event("session.updated", session=self.config.as_event_session(self.id)))
-        elif kind == "input_audio_buffer.append":
-            pcm = session_pcm(message.get("audio"), self.config.rate)
-            if pcm:
-                await self.report(await self.streams.feed(self.sid, pcm))
-        elif kind == "input_audio_buffer.commit":
-            answer = await self.streams.call("stream_commit", self.sid)
-            if answer["committed"] is None:
-                raise RealtimeError(
-                    "The input audio buffer is empty: nothing to commit", None, "input_audio_buffer_commit_empty"
-                )
-            await self.completed(answer["committed"])
-        elif kind == "input_audio_buffer.clear":
-            await self.streams.call("stream_clear", self.sid)
-            self.item = None
-            await self.send(event("input_audio_buffer.cleared"))
-        else:
-            raise RealtimeError(f"Unknown or unsupported event type: {kind!r}", "type", "unknown_event")
-
-    async def report(self, answer: dict) -> None:
-        """The events a chunk caused, in stream order."""
-        timeline = [(u["end"], 2, "final", u) for u in answer["finalised"]]  # manual: only 30 s cuts
-        if self.config.turn_detection is not None:
-            timeline += [(t, 0, "started", None) for t in answer["speech_started"]]
-            timeline += [(t, 1, "stopped", None) for t in answer["speech_stopped"]]
-        for t, _, what, utterance in sorted(timeline, key=lambda x: x[:2]):
-            if what == "started":
-                self.item = new_id("item")
-                await self.send(
-                    event("input_audio_buffer.speech_started", audio_start_ms=round(t * 1000), item_id=self.item)
-                )
-            elif what == "stopped":
-                await self.send(
-                    event("input_audio_buffer.speech_stopped", audio_end_ms=round(t * 1000), item_id=self.item_id())
-                )
-            else:
-                await self.completed(utterance)
-
-    def item_id(self) -> str:
-        if self.item is None:
-            self.item = new_id("item")
-        return self.item
-
-    async def completed(self, utterance: dict) -> None:
-        item = self.item_id()
-        await self.send(event("input_audio_buffer.committed", item_id=item, previous_item_id=self.previous_item))
-        text = utterance["text"]
-        common = {"item_id": item, "content_index": 0}
-        if text:
-            await self.send(event("conversation.item.input_audio_transcription.delta", delta=text, **common))
-        usage = {"type": "duration", "seconds": round(utterance["end"] - utterance["start"], 3)}
-        await self.send(
-            event("conversation.item.input_audio_transcription.completed", transcript=text, usage=usage, **common)
-        )
-        self.previous_item, self.item = item, None
 
 
 @router.websocket("/v1/realtime")
 async def realtime(websocket: WebSocket, state: IngressState = Depends(ingress_state)):
     await websocket.accept()
     try:
-        if websocket.query_params.get("intent") != "transcription":
-            await websocket.send_json(
-                error_event("Only transcription sessions are served here: connect with ?intent=transcription", "intent")
-            )
-            await websocket.close(1008)
-            return
-        await _serve(Connection(websocket, ServingStreams(state)))
-    except WebSocketDisconnect:
-        return
-
-
-async def _serve(conn: Connection) -> None:
-    try:
-        await conn.open(conn.config)
-    except Exception as e:
-        await conn.send(error_event(f"ASR error: {from_exception(e).message}", None, "asr_unavailable"))
-        await conn.ws.close(1011)
-        return
-    try:
-        await conn.send(event("session.created", session=conn.config.as_event_session(conn.id)))
-        while True:
-            try:
-                raw = await asyncio.wait_for(conn.ws.receive(), timeout=IDLE_TIMEOUT_S)
-            except TimeoutError:
-                await conn.send(
-                    error_event(f"Idle timeout: no event for {IDLE_TIMEOUT_S:g} s, closing", None, "idle_timeout")
-                )
-                return
-            if raw["type"] == "websocket.disconnect":
-                return
-            try:
-                await _dispatch(conn, raw.get("text"))
-            except SessionEnded:
-                await conn.ws.close(1011)
-                return
-    finally:
-        await conn.close_session()
-
-
-async def _dispatch(conn: Connection, text: Optional[str]) -> None:
-    message: Any = None
-    try:
-        if text is None:
-            raise RealtimeError("Binary frames are not supported: send JSON events", None, "invalid_event")
-        try:
-            message = json.loads(text)
-        except (ValueError, RecursionError):
-            raise RealtimeError("Invalid JSON", None, "invalid_json") from None
-        if not isinstance(message, dict):
-            raise RealtimeError("An event must be a JSON object with a `type`", "type", "invalid_event")
-        await conn.handle(message)
-    except RealtimeError as e:
-        await conn.send(error_event(e.message, e.param, e.code, _event_id(message)))
-    except WebSocketDisconnect:
-        raise
-    except Exception as e:
-        error = from_exception(e)
-        if error.code in ("session_lost", "session_not_found") or error.status_code >= 500:
-            item = conn.item_id()
-            body = {"type": error.type, "code": error.code, "message": error.message, "param": error.param}
-            await conn.send(
-                event("conversation.item.input_audio_transcription.failed", item_id=item, content_index=0, error=body)
-            )
-            if error.code in ("session_lost", "session_not_found"):
-                conn.sid = None
-                raise SessionEnded(error.message) from None
+        intent = websocket.query_params.get("intent")
+        if intent == "transcription":
+            await serve(Connection(websocket, ServingStreams(state)))
+        elif intent is None:
+            conversation = await open_conversation(websocket, state, websocket.query_params.get("model"))
+            if conversation is not None:
+                await serve(conversation)
         else:
-            await conn.send(error_event(error.message, error.param, error.code or "invalid_value", _event_id(message)))
-
-
-def _event_id(message: Any) -> Optional[str]:
-    return message.get("event_id") if isinstance(message, dict) else None
+            message = (
+                f"Unknown intent {intent!r}: connect with ?intent=transcription, or without one for a conversation"
+            )
+            await websocket.send_json(error_event(message, "intent"))
+            await websocket.close(1008)
+    except WebSocketDisconnect:
+        return

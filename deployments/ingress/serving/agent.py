@@ -1,10 +1,13 @@
-"""POST /v1/agent/stream: the voice agent across the LLM and TTS slots (MiniInfer's route).
+"""The voice agent across the LLM and TTS slots: POST /v1/agent/stream (MiniInfer's route) and
+the Realtime conversation's responses (serving/conversation.py) both answer through
+`ServingAgent.reply`.
 
 Before any byte is sent, the LLM stream is opened up to its first chunk and the TTS model and
 voice are checked by opening an empty synthesis (it validates like a real one and names the
 sample rate), both at once: a bad model or voice is a 4xx with its proper status, not an event.
-Then `speak_while_writing` pipelines them (deployments/agent/pipeline.py) into SSE events:
-`meta`, per sentence `text` then `audio` (base64 s16le at the TTS rate), then `[DONE]`.
+Then `speak_while_writing` pipelines them (deployments/agent/pipeline.py) into events: per
+sentence `text` then `audio` (base64 s16le at the TTS rate). The SSE route frames them after a
+`meta` event and ends with `[DONE]`.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Optional
 
 from fastapi.responses import StreamingResponse
 
-from deployments.agent.pipeline import speak_while_writing
+from deployments.agent.pipeline import Synthesize, speak_while_writing
 from deployments.agent.sentences import sentences_of
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
@@ -34,49 +39,83 @@ async def answer_text(stream: SlotStream) -> AsyncGenerator[str, None]:
                 yield chunk.content
 
 
+async def _silent(sentence: str) -> AsyncGenerator[bytes, None]:
+    return
+    yield  # an async generator with no audio: a text-only reply
+
+
+@dataclass
+class AgentReply:
+    """An answer whose slots are checked and streaming: `events()` runs the pipeline once."""
+
+    model: str
+    sample_rate: Optional[int]  # None: a text-only reply (no TTS)
+    _llm: SlotStream
+    _speak: Synthesize
+
+    def events(self) -> AsyncIterator[dict]:
+        return speak_while_writing(sentences_of(answer_text(self._llm)), self._speak)
+
+
 class ServingAgent:
     def __init__(self, state: IngressState):
         self.state = state
 
     async def stream(self, request: AgentRequest) -> StreamingResponse:
-        chat = validate_body(ChatCompletionRequest, request.chat_body())
-        llm_model = self.state.catalog.resolve("llm", chat.model)
-        tts_model = self.state.catalog.resolve("tts", request.tts_model)
-        llm, probe = await self._open(chat, llm_model, request, tts_model)
-
-        async def speak(sentence: str) -> AsyncGenerator[bytes, None]:
-            speech = await SpeechStream.open(self.state, request.synthesis(sentence), tts_model)
-            async with contextlib.aclosing(speech.pcm()) as pcm:
-                async for data in pcm:
-                    yield data
-
+        """SSE: `meta`, the reply's events, then `[DONE]`."""
+        reply = await self.reply(request)
         meta = {
             "type": "meta",
-            "model": (llm.first.model if llm.first else None) or llm_model,
-            **({"tts_model": tts_model} if tts_model else {}),  # else the TTS slot's current default
+            "model": reply.model,
+            **({"tts_model": request.tts_model} if request.tts_model else {}),  # else the TTS slot's default
             "voice": request.voice,
-            "sample_rate": probe.sample_rate,
+            "sample_rate": reply.sample_rate,
             "format": "pcm_s16le",
         }
 
         async def events() -> AsyncIterator[dict]:
             yield meta
-            async for event in speak_while_writing(sentences_of(answer_text(llm)), speak):
+            async for event in reply.events():
                 yield event
 
         response = sse_response(events())
-        response.headers.update(pcm_headers(probe.sample_rate))
+        response.headers.update(pcm_headers(reply.sample_rate))
         return response
+
+    async def reply(self, request: AgentRequest, speak: bool = True) -> AgentReply:
+        """The answer to `request`, both slots checked (`speak=False`: the LLM's text only)."""
+        chat = validate_body(ChatCompletionRequest, request.chat_body())
+        llm_model = self.state.catalog.resolve("llm", chat.model)
+        tts_model = self.state.catalog.resolve("tts", request.tts_model) if speak else None
+        if speak:
+            llm, probe = await self._open(chat, llm_model, request, tts_model)
+        else:
+            llm, probe = await self.state.slot("llm").stream("chat", chat, model=llm_model), None
+
+        async def synthesize(sentence: str) -> AsyncGenerator[bytes, None]:
+            speech = await SpeechStream.open(self.state, request.synthesis(sentence), tts_model)
+            async with contextlib.aclosing(speech.pcm()) as pcm:
+                async for data in pcm:
+                    yield data
+
+        model = (llm.first.model if llm.first else None) or llm_model
+        return AgentReply(model, probe and probe.sample_rate, llm, synthesize if speak else _silent)
 
     async def _open(
         self, chat: ChatCompletionRequest, llm_model: str, request: AgentRequest, tts_model: str
     ) -> tuple[SlotStream, SpeechStream]:
         """Both slots checked at once; if either fails, the other's call is cancelled."""
-        llm, probe = await asyncio.gather(
-            self.state.slot("llm").stream("chat", chat, model=llm_model),
-            SpeechStream.open(self.state, request.synthesis(""), tts_model),
-            return_exceptions=True,
-        )
+        opening = [
+            asyncio.ensure_future(self.state.slot("llm").stream("chat", chat, model=llm_model)),
+            asyncio.ensure_future(SpeechStream.open(self.state, request.synthesis(""), tts_model)),
+        ]
+        try:
+            llm, probe = await asyncio.gather(*opening, return_exceptions=True)
+        except asyncio.CancelledError:  # a Realtime response cancelled while it opens
+            for task in opening:
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    task.result().cancel()
+            raise
         if not isinstance(probe, BaseException):
             probe.cancel()  # it only checked the model and voice: an empty text has no audio
         elif not isinstance(llm, BaseException):

@@ -1,0 +1,172 @@
+"""OpenAI's Realtime conversation session (`/v1/realtime` without `intent=transcription`), GA
+event shapes as the openai SDK 3.x types them (openai/types/realtime/): the session a client
+configures (the transcription session's input side, plus instructions, the output voice and
+modalities), the conversation's items, the response object, and the output audio framing.
+
+The input side (audio format, server VAD, the ASR model) is `TranscriptionSession`'s, parsed by
+the same code. Ray-free and MLX-free; the WebSocket is deployments/ingress/serving/conversation.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+
+from deployments.audio.encode import to_pcm16
+from deployments.audio.resample import resample
+from deployments.protocol.realtime import RealtimeError, TranscriptionSession, object_at
+
+OUTPUT_RATE = 24000  # audio/pcm output is 24 kHz PCM16 mono in OpenAI's API
+MODALITIES = (("audio",), ("text",))  # OpenAI: audio (with its transcript) or text only
+
+
+@dataclass(frozen=True)
+class ConversationSession(TranscriptionSession):
+    TYPE: ClassVar[str] = "realtime"
+    instructions: Optional[str] = None
+    voice: Optional[str] = None  # None: the TTS model's default voice
+    speed: float = 1.0
+    output_modalities: tuple[str, ...] = ("audio",)
+    max_output_tokens: Optional[int] = None  # None: "inf", the LLM's own limit
+
+    @property
+    def speaks(self) -> bool:
+        return "audio" in self.output_modalities
+
+    def as_event_session(self, session_id: str) -> dict:
+        transcription = super().as_event_session(session_id)
+        output = {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": self.voice, "speed": self.speed}
+        return {
+            "type": "realtime",
+            "id": session_id,
+            "object": "realtime.session",
+            "instructions": self.instructions,
+            "output_modalities": list(self.output_modalities),
+            "max_output_tokens": self.max_output_tokens or "inf",
+            "audio": {"input": transcription["audio"]["input"], "output": output},
+        }
+
+    def updated(self, session: Any) -> ConversationSession:
+        new, output = super().updated(session).applied(session, "session")
+        if "format" in output:
+            fmt = object_at(output, "format", "session.audio.output.format")
+            if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", OUTPUT_RATE) != OUTPUT_RATE:
+                raise RealtimeError(
+                    f"Only audio/pcm output at {OUTPUT_RATE} Hz is supported", "session.audio.output.format"
+                )
+        if "speed" in output:
+            speed = output["speed"]
+            if not isinstance(speed, (int, float)) or isinstance(speed, bool) or not 0.25 <= speed <= 4:
+                raise RealtimeError("speed must be a number from 0.25 to 4", "session.audio.output.speed")
+            new = replace(new, speed=float(speed))
+        return new
+
+    def for_response(self, params: Any) -> ConversationSession:
+        """The settings one response.create's `response` overrides for that response."""
+        if params is None:
+            return self
+        if not isinstance(params, dict):
+            raise RealtimeError("`response` must be an object", "response")
+        return self.applied(params, "response")[0]
+
+    def applied(self, fields: dict, prefix: str) -> tuple[ConversationSession, dict]:
+        """What a session.update's `session` and a response.create's `response` both set
+        (instructions, output_modalities, max_output_tokens, the output voice), and their
+        `audio.output` object."""
+        parsers = {"instructions": _text, "output_modalities": modalities, "max_output_tokens": max_tokens}
+        changes = {k: parse(fields[k], f"{prefix}.{k}") for k, parse in parsers.items() if k in fields}
+        output = object_at(object_at(fields, "audio", f"{prefix}.audio"), "output", f"{prefix}.audio.output")
+        if "voice" in output:
+            changes["voice"] = _voice(output["voice"], f"{prefix}.audio.output.voice")
+        return replace(self, **changes), output
+
+
+def _voice(value: Any, param: str) -> Optional[str]:
+    return _text(value.get("id") if isinstance(value, dict) else value, param)  # {"id": ...}: a custom voice
+
+
+def _text(value: Any, param: str) -> Optional[str]:
+    if value is not None and not isinstance(value, str):
+        raise RealtimeError(f"`{param}` must be a string", param)
+    return value if value and value.strip() else None
+
+
+def modalities(value: Any, param: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or tuple(value) not in MODALITIES:
+        raise RealtimeError('output_modalities must be ["audio"] or ["text"]', param)
+    return tuple(value)
+
+
+def max_tokens(value: Any, param: str) -> Optional[int]:
+    if value == "inf" or value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
+        raise RealtimeError('max_output_tokens must be an integer from 1 to 4096, or "inf"', param)
+    return value
+
+
+def user_text(item: Any) -> str:
+    """The text of a conversation.item.create's user message (input_text parts joined)."""
+    param = "item"
+    if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user":
+        raise RealtimeError("Only user messages can be added: {type: message, role: user, content: [...]}", param)
+    content = item.get("content")
+    if not isinstance(content, list) or not content:
+        raise RealtimeError("A message needs `content`: a list of input_text parts", "item.content")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+            raise RealtimeError("Only input_text parts are supported: {type: input_text, text: ...}", "item.content")
+        texts.append(part["text"])
+    text = " ".join(t.strip() for t in texts if t.strip())
+    if not text:
+        raise RealtimeError("The message has no text", "item.content")
+    return text
+
+
+def user_item(item_id: str, text: str, audio: bool) -> dict:
+    """A user message item: an utterance's transcript, or text a client added."""
+    part = {"type": "input_audio", "transcript": text} if audio else {"type": "input_text", "text": text}
+    return _message(item_id, "user", part, "completed")
+
+
+def assistant_item(item_id: str, text: str, audio: bool, status: str) -> dict:
+    part = {"type": "output_audio", "transcript": text} if audio else {"type": "output_text", "text": text}
+    return _message(item_id, "assistant", part, status)
+
+
+def _message(item_id: str, role: str, part: dict, status: str) -> dict:
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": role,
+        "status": status,
+        "content": [part],
+    }
+
+
+def response_object(response_id: str, session: ConversationSession, status: str, output: list, details=None) -> dict:
+    """The `response` of response.created (status in_progress) and response.done."""
+    audio = {"output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": session.voice}}
+    return {
+        "id": response_id,
+        "object": "realtime.response",
+        "status": status,
+        "status_details": details,
+        "output": output,
+        "output_modalities": list(session.output_modalities),
+        "audio": audio,
+        "max_output_tokens": session.max_output_tokens or "inf",
+        "conversation_id": None,
+        "usage": None,
+    }
+
+
+def output_pcm(pcm: bytes, rate: int) -> bytes:
+    """TTS PCM16 at `rate` as PCM16 at the session's output rate (24 kHz)."""
+    if rate == OUTPUT_RATE:
+        return pcm
+    return to_pcm16(resample(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, rate, OUTPUT_RATE))

@@ -1,0 +1,133 @@
+"""The Realtime conversation on the live graph: espeak-ng speech appended as 24 kHz PCM16 with
+server VAD is transcribed by the ASR slot (Whisper tiny.en), answered by the LLM slot
+(SmolLM2) and spoken by the TTS slot (the tiny pocket_tts), as OpenAI's Realtime events over
+a real `websockets` client; speech over the answer cancels it and stops both slots' work."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+import numpy as np
+
+from tests.assertions import wait_for
+from tests.e2e.test_agent_api import _in_flight
+from tests.speech import silence, speak, words
+
+RATE = 24000
+SPOKEN = "Hello world, what is the weather like today?"
+
+
+def appends(samples: np.ndarray, seconds: float = 0.1) -> list[dict]:
+    data = np.clip(np.round(samples * 32768), -32768, 32767).astype("<i2").tobytes()
+    step = int(RATE * seconds) * 2
+    return [
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i : i + step]).decode()}
+        for i in range(0, len(data), step)
+    ]
+
+
+async def converse(server: str, messages: list[dict], timeout_s: float = 120) -> list[tuple[float, dict]]:
+    """Send `messages` on /v1/realtime; every event (with its arrival time) up to response.done."""
+    import websockets
+
+    url = server.replace("http://", "ws://") + "/v1/realtime"
+    events = []
+    async with websockets.connect(url, max_size=None) as ws:
+        created = json.loads(await ws.recv())
+        assert created["type"] == "session.created" and created["session"]["type"] == "realtime", created
+        t0 = time.monotonic()
+        for message in messages:
+            await ws.send(json.dumps(message))
+        while not events or events[-1][1]["type"] != "response.done":
+            try:
+                e = json.loads(await asyncio.wait_for(ws.recv(), timeout_s))
+            except TimeoutError:
+                raise AssertionError(
+                    f"no event for {timeout_s} s after {[(t, e['type']) for t, e in events]}"
+                ) from None
+            assert e["type"] != "error", e
+            events.append((round(time.monotonic() - t0, 2), e))
+    return events
+
+
+async def test_spoken_words_are_heard_answered_and_spoken_back(server):
+    speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(1.0, RATE)])
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 24}}
+    timed = await converse(server, [update, *appends(speech)])
+    events = [e for _, e in timed]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "session.updated" and "input_audio_buffer.speech_started" in kinds
+    [heard] = [e["transcript"] for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert {"world", "weather", "today"} <= set(words(heard)), heard  # tiny.en may mishear "hello"
+    assert kinds.index("conversation.item.input_audio_transcription.completed") < kinds.index("response.created")
+    audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    assert len(audio) % 2 == 0 and len(audio) / 2 / RATE > 0.2, len(audio)  # real speech came back, 24 kHz
+    assert np.abs(np.frombuffer(audio, "<i2")).max() > 500  # not silence
+    transcript = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and transcript.strip()
+    assert done["output"][0]["content"][0]["transcript"] == transcript.strip()
+    first_audio = next(t for t, e in timed if e["type"] == "response.output_audio.delta")
+    stopped = next(t for t, e in timed if e["type"] == "input_audio_buffer.speech_stopped")
+    print(
+        f"realtime agent: heard {heard!r}, said {transcript!r}; first audio {first_audio - stopped:.2f} s after speech stopped"
+    )
+
+
+async def test_speech_over_the_answer_cancels_it_and_stops_both_slots(server, http):
+    import websockets
+
+    wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=60)
+    speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(1.0, RATE)])
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 2000}}
+    # The random-weight tiny LLM never says its end token: the answer is still running when the
+    # user talks over it (SmolLM2 may finish first).
+    url = server.replace("http://", "ws://") + "/v1/realtime?model=ominix-tiny-qwen3"
+    seen = []
+
+    async def until(ws, kind: str) -> dict:
+        while True:
+            e = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            seen.append(e["type"])
+            assert e["type"] != "error", e
+            if e["type"] == kind:
+                return e
+
+    async with websockets.connect(url, max_size=None) as ws:
+        await until(ws, "session.created")
+        for message in [update, *appends(speech)]:
+            await ws.send(json.dumps(message))
+        await until(ws, "response.output_audio.delta")  # the answer is playing
+        for message in appends(speech):  # the user talks over it
+            await ws.send(json.dumps(message))
+        done = await until(ws, "response.done")
+        assert done["response"]["status"] == "cancelled", seen
+        assert done["response"]["status_details"]["reason"] == "turn_detected"
+        assert seen.index("input_audio_buffer.speech_started", seen.index("response.created")) < len(seen) - 1
+    # The socket closed with the interrupting turn's answer maybe under way: nothing runs on.
+    wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=30, interval=0.3)
+
+
+async def test_the_openai_sdk_holds_a_text_conversation(aclient):
+    """The SDK's own Realtime client (`client.realtime.connect`), its typed events, two turns."""
+    model = "ominix-smollm2-135m-instruct"
+    async with aclient.realtime.connect(model=model) as conn:
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "max_output_tokens": 16})
+        answers = []
+        for question in ("What is the capital of France?", "And of Spain?"):
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
+            await conn.conversation.item.create(item=item)
+            await conn.response.create()
+            deltas = []
+            async for e in conn:
+                assert e.type != "error", e
+                if e.type == "response.output_text.delta":
+                    deltas.append(e.delta)
+                if e.type == "response.done":
+                    break
+            assert e.response.status == "completed" and e.response.output[0].content[0].text == "".join(deltas)
+            answers.append("".join(deltas))
+    assert all(a.strip() for a in answers), answers

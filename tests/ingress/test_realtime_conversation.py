@@ -1,0 +1,320 @@
+"""The Realtime conversation (`/v1/realtime`, no intent) in process: a real SessionHost behind
+the ASR slot (the fakes' loudness VAD, a decoder that names each utterance's length), fake LLM
+and TTS slots. Each server-VAD turn transcribed then answered by the agent pipeline as OpenAI's
+response events; manual commits, text turns and text-only responses; the conversation's history
+reaching the LLM; every event as the openai SDK types it; response.cancel and barge-in stopping the LLM and TTS streams; bad events as
+error events on an open socket; the model on the URL (the key: tests/ingress/test_realtime.py)."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+
+import pytest
+from starlette.testclient import TestClient
+
+from deployments.protocol.errors import APIError
+from tests.ingress import fakes
+from tests.ingress.fakes import pcm, streaming_asr
+from tests.ingress.test_realtime import append, until
+
+URL = "/v1/realtime"
+ANSWER = "Paris is the capital of France. It is a big city! Bye"
+SENTENCES = ["Paris is the capital of France.", "It is a big city!", "Bye"]
+RATE = 24000  # the session's input and output rate (OpenAI's)
+
+
+@pytest.fixture
+def slots(slots, host):
+    slots["asr"] = streaming_asr(host)
+    slots["llm"].answers["chat"] = fakes.generation(ANSWER)
+    return slots
+
+
+def say(ws, seconds: float = 0.6, pause_s: float = 0.8) -> None:
+    """An utterance the server VAD ends: loud audio, then a pause."""
+    append(ws, pcm(seconds, True, rate=RATE))
+    append(ws, pcm(pause_s, False, rate=RATE))
+
+
+def connect(app, url: str = URL):
+    ws = TestClient(app).websocket_connect(url)
+    return ws
+
+
+def typed(events: list[dict]) -> list[dict]:
+    """`events`, each checked against the openai SDK's type for it (its name, fields, literals)."""
+    from openai.types.realtime import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(RealtimeServerEvent)
+    for e in events:
+        adapter.validate_python(e)
+    return events
+
+
+def in_flight(slots) -> list:
+    return [s for name in ("llm", "tts") for s in slots[name].streams if s.in_flight]
+
+
+def chats(slots) -> list:
+    return [args[0] for method, args, _ in slots["llm"].calls if method == "chat"]
+
+
+def syntheses(slots) -> list[str]:
+    return [args[0].text for method, args, _ in slots["tts"].calls if method == "synthesize"]
+
+
+def test_a_spoken_turn_is_transcribed_then_answered_in_speech(app, slots, host):
+    with connect(app) as ws:
+        [created] = typed([ws.receive_json()])
+        assert created["type"] == "session.created" and created["session"]["type"] == "realtime"
+        assert created["session"]["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": RATE}
+        update = {"type": "realtime", "instructions": "Answer briefly.", "audio": {"output": {"voice": "alba"}}}
+        ws.send_json({"type": "session.update", "session": update})
+        [updated] = typed([ws.receive_json()])
+        assert updated["type"] == "session.updated" and updated["session"]["instructions"] == "Answer briefly."
+        assert updated["session"]["audio"]["output"]["voice"] == "alba"
+        say(ws)
+        events = typed(until(ws, "response.done"))
+        kinds = [e["type"] for e in events]
+        assert kinds[:6] == [
+            "input_audio_buffer.speech_started",
+            "input_audio_buffer.speech_stopped",
+            "input_audio_buffer.committed",
+            "conversation.item.input_audio_transcription.delta",
+            "conversation.item.input_audio_transcription.completed",
+            "conversation.item.added",
+        ]
+        heard = events[4]["transcript"]
+        assert heard.startswith("utterance of") and events[5]["item"]["content"][0]["transcript"] == heard
+        assert kinds[6:10] == [
+            "response.created",
+            "response.output_item.added",
+            "conversation.item.added",
+            "response.content_part.added",
+        ]
+        body = kinds[10:-5]
+        assert body == ["response.output_audio_transcript.delta", "response.output_audio.delta"] * 3
+        assert kinds[-5:] == [
+            "response.output_audio.done",
+            "response.output_audio_transcript.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.done",
+        ]
+        deltas = [e for e in events if e["type"] == "response.output_audio_transcript.delta"]
+        transcript = " ".join(SENTENCES)
+        assert "".join(e["delta"] for e in deltas) == transcript
+        assert events[-4]["transcript"] == transcript
+        audio = [base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta"]
+        assert [len(a) for a in audio] == [2 * int(0.1 * RATE)] * 3  # the fake's 0.1 s per sentence, PCM16
+        done = events[-1]["response"]
+        assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"] == transcript
+        response_id = events[6]["response"]["id"]
+        assert {e["response_id"] for e in events if e["type"].startswith("response.output")} == {response_id}
+        # The LLM got the instructions and the transcript; the TTS the voice and each sentence.
+        [chat] = chats(slots)
+        assert [(m.role, m.content) for m in chat.messages] == [("system", "Answer briefly."), ("user", heard)]
+        assert syntheses(slots) == ["", *SENTENCES]
+        assert {args[0].voice for m, args, _ in slots["tts"].calls} == {"alba"}
+        # A second turn: the LLM sees the first one, answer included.
+        say(ws, 1.0)
+        second = until(ws, "response.done")
+        assert second[-1]["response"]["status"] == "completed"
+        roles = [(m.role, m.content) for m in chats(slots)[1].messages]
+        assert roles[1:3] == [("user", heard), ("assistant", transcript)] and roles[3][0] == "user"
+        assert roles[3][1] != heard  # the second utterance is longer
+    assert not in_flight(slots)
+    assert host.stats["partials"] == 0 and host.stats["finals"] == 2  # no decode spent on a partial
+
+
+def test_manual_commit_then_a_text_only_response(app, slots):
+    with connect(app) as ws:
+        ws.receive_json()
+        session = {"type": "realtime", "output_modalities": ["text"], "audio": {"input": {"turn_detection": None}}}
+        ws.send_json({"type": "session.update", "session": session})
+        assert ws.receive_json()["session"]["output_modalities"] == ["text"]
+        say(ws)
+        ws.send_json({"type": "input_audio_buffer.commit"})
+        events = until(ws, "conversation.item.added")
+        assert "input_audio_buffer.speech_started" not in [e["type"] for e in events]  # no server VAD
+        ws.send_json({"type": "response.create"})
+        events = typed(until(ws, "response.done"))
+        kinds = [e["type"] for e in events]
+        assert kinds.count("response.output_text.delta") == 3 and "response.output_audio.delta" not in kinds
+        assert events[-1]["response"]["output"][0]["content"][0] == {"type": "output_text", "text": " ".join(SENTENCES)}
+        assert not syntheses(slots)  # text only: the TTS slot is never called
+
+
+def test_a_text_message_and_a_response_that_overrides_the_session(app, slots):
+    with connect(app) as ws:
+        ws.receive_json()
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Capital of France?"}]}
+        ws.send_json({"type": "conversation.item.create", "item": item})
+        added = ws.receive_json()
+        assert (
+            added["type"] == "conversation.item.added" and added["item"]["content"][0]["text"] == "Capital of France?"
+        )
+        params = {"instructions": "Be terse.", "max_output_tokens": 20, "audio": {"output": {"voice": "marius"}}}
+        ws.send_json({"type": "response.create", "response": params})
+        events = until(ws, "response.done")
+        assert events[-1]["response"]["status"] == "completed"
+        [chat] = chats(slots)
+        assert [(m.role, m.content) for m in chat.messages] == [("system", "Be terse."), ("user", "Capital of France?")]
+        assert chat.max_tokens == 20 and slots["tts"].calls[-1][1][0].voice == "marius"
+
+
+@pytest.mark.parametrize("cancelled_as", [None, concurrent.futures.CancelledError])  # asyncio's, Ray's
+def test_response_cancel_stops_the_llm_and_the_synthesis(app, slots, cancelled_as):
+    long = fakes.generation(ANSWER + " " + "More words. " * 50)
+    slots["llm"].answers["chat"] = fakes.slowly(long, 0.005, cancelled_as)
+    slots["tts"].answers["synthesize"] = fakes.slowly(fakes.speech(), 0.1, cancelled_as)  # the cancel lands here
+    with connect(app) as ws:
+        ws.receive_json()
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Talk."}]}
+        ws.send_json({"type": "conversation.item.create", "item": item})
+        ws.send_json({"type": "response.create"})
+        until(ws, "response.output_audio.delta")  # it is speaking
+        ws.send_json({"type": "response.cancel"})
+        events = typed(until(ws, "response.done"))
+        assert "error" not in [e["type"] for e in events]
+        done = events[-1]["response"]
+        assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
+        assert done["output"][0]["status"] == "incomplete"
+        assert slots["llm"].streams[0].cancelled and not in_flight(slots)
+        ws.send_json({"type": "response.cancel", "event_id": "again"})
+        error = ws.receive_json()
+        assert error["error"]["code"] == "response_cancel_not_active" and error["error"]["event_id"] == "again"
+
+
+def test_speech_starting_during_a_response_cancels_it(app, slots):
+    slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER + " " + "More words. " * 50), 0.02)
+    with connect(app) as ws:
+        ws.receive_json()
+        say(ws)
+        until(ws, "response.output_audio.delta")
+        append(ws, pcm(0.6, True, rate=RATE))  # the user talks over the answer
+        events = until(ws, "response.done")
+        started = [e["type"] for e in events].index("input_audio_buffer.speech_started")
+        assert started < len(events) - 1  # speech was heard first, then the response ended
+        done = events[-1]["response"]
+        assert done["status"] == "cancelled" and done["status_details"]["reason"] == "turn_detected"
+        assert not in_flight(slots)
+        said = done["output"][0]["content"][0]["transcript"]
+        assert said.startswith("Paris is the capital of France.") and "More words." * 40 not in said
+        # The interrupting utterance gets its own answer, with the cut-short one in its history.
+        append(ws, pcm(0.8, False, rate=RATE))
+        until(ws, "response.created")
+        ws.send_json({"type": "response.cancel"})
+        until(ws, "response.done")
+        history = [(m.role, m.content) for m in chats(slots)[1].messages]
+        assert history[1] == ("assistant", said)
+    assert not in_flight(slots)
+
+
+def test_an_llm_failure_is_a_failed_response_and_the_session_goes_on(app, slots):
+    slots["llm"].answers["chat"] = lambda request, model=None: [RuntimeError("engine died")]
+    with connect(app) as ws:
+        ws.receive_json()
+        say(ws)
+        events = typed(until(ws, "response.done"))
+        assert events[-2]["type"] != "error" and any(e["type"] == "error" for e in events)
+        done = events[-1]["response"]
+        assert done["status"] == "failed" and "engine died" in done["status_details"]["error"]["message"]
+        slots["llm"].answers["chat"] = fakes.generation(ANSWER)
+        ws.send_json({"type": "response.create"})
+        assert until(ws, "response.done")[-1]["response"]["status"] == "completed"
+
+
+def test_an_unknown_voice_fails_the_response(app, slots):
+    unknown = APIError(404, "Voice 'nobody' not found", "invalid_request_error", "voice", "voice_not_found")
+    slots["tts"].answers["synthesize"] = lambda params, model=None: [unknown]
+    with connect(app) as ws:
+        ws.receive_json()
+        ws.send_json({"type": "session.update", "session": {"audio": {"output": {"voice": "nobody"}}}})
+        ws.receive_json()
+        say(ws)
+        events = until(ws, "response.done")
+        [error] = [e for e in events if e["type"] == "error"]
+        assert error["error"]["code"] == "voice_not_found" and error["error"]["param"] == "voice"
+        assert events[-1]["response"]["status"] == "failed" and not in_flight(slots)
+
+
+@pytest.mark.parametrize(
+    "message, code, param",
+    [
+        ("{not json", "invalid_json", None),
+        ({"type": "response.create"}, "no_user_message", None),
+        ({"type": "response.cancel"}, "response_cancel_not_active", None),
+        ({"type": "response.create", "response": {"output_modalities": ["audio", "text"]}}, None, None),
+        ({"type": "session.update", "session": {"type": "transcription"}}, None, "session.type"),
+        ({"type": "session.update", "session": {"output_modalities": "audio"}}, None, "session.output_modalities"),
+        ({"type": "session.update", "session": {"instructions": 3}}, None, "session.instructions"),
+        ({"type": "session.update", "session": {"max_output_tokens": 0}}, None, "session.max_output_tokens"),
+        (
+            {"type": "session.update", "session": {"audio": {"output": {"format": {"type": "audio/pcmu"}}}}},
+            None,
+            "session.audio.output.format",
+        ),
+        ({"type": "conversation.item.create", "item": {"role": "assistant", "content": []}}, None, "item"),
+        (
+            {"type": "conversation.item.create", "item": {"role": "user", "content": [{"type": "input_image"}]}},
+            None,
+            "item.content",
+        ),
+        ({"type": "conversation.item.delete"}, "unknown_event", "type"),
+    ],
+)
+def test_bad_events_get_error_events_and_the_socket_stays_open(app, message, code, param):
+    with connect(app) as ws:
+        ws.receive_json()
+        ws.send_text(message) if isinstance(message, str) else ws.send_json(message)
+        error = ws.receive_json()
+        assert error["type"] == "error" and error["error"]["message"]
+        if code:
+            assert error["error"]["code"] == code
+        if param:
+            assert error["error"]["param"] == param
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Still there?"}]}
+        ws.send_json({"type": "conversation.item.create", "item": item})
+        assert ws.receive_json()["type"] == "conversation.item.added"  # still serving
+
+
+def test_a_response_while_one_is_in_progress_is_refused(app, slots):
+    slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER), 0.2)
+    with connect(app) as ws:
+        ws.receive_json()
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Talk."}]}
+        ws.send_json({"type": "conversation.item.create", "item": item})
+        ws.send_json({"type": "response.create"})
+        until(ws, "response.created")
+        ws.send_json({"type": "response.create"})
+        events = until(ws, "error")
+        assert events[-1]["error"]["code"] == "conversation_already_has_active_response"
+        assert until(ws, "response.done")[-1]["response"]["status"] == "completed"
+
+
+def test_the_llm_is_named_on_the_url(app, slots):
+    with connect(app, URL + "?model=gpt-realtime-nope") as ws:
+        error = ws.receive_json()
+        assert error["type"] == "error" and error["error"]["param"] == "model"
+    with connect(app, URL + "?model=ominix-tiny-qwen3") as ws:
+        ws.receive_json()
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]}
+        ws.send_json({"type": "conversation.item.create", "item": item})
+        ws.send_json({"type": "response.create"})
+        until(ws, "response.done")
+    assert slots["llm"].calls[-1][2] == "ominix-tiny-qwen3"
+
+
+def test_a_socket_closed_mid_response_stops_both_slots(app, slots, host):
+    slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER + " More words." * 50), 0.02)
+    with connect(app) as ws:
+        ws.receive_json()
+        say(ws)
+        until(ws, "response.output_audio.delta")
+    # The server finishes its side of the close on its own loop.
+    from tests.assertions import wait_for
+
+    wait_for(lambda: not in_flight(slots) and len(host.table) == 0, timeout_s=10)

@@ -1,0 +1,94 @@
+"""The Realtime conversation session's configuration, items and output audio, alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deployments.protocol.realtime import RealtimeError
+from deployments.protocol.realtime_conversation import (
+    OUTPUT_RATE,
+    ConversationSession,
+    output_pcm,
+    user_text,
+)
+
+
+def test_defaults_speak_with_server_vad_that_answers_and_interrupts():
+    session = ConversationSession()
+    assert session.speaks and session.rate == 24000
+    assert session.turn_detection.create_response and session.turn_detection.interrupt_response
+    shown = session.as_event_session("sess_1")
+    assert shown["type"] == "realtime" and shown["max_output_tokens"] == "inf"
+    assert shown["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    assert shown["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": OUTPUT_RATE}
+
+
+def test_an_update_sets_the_input_side_and_the_output_side():
+    session = ConversationSession().updated(
+        {
+            "type": "realtime",
+            "instructions": "Be kind.",
+            "output_modalities": ["text"],
+            "max_output_tokens": 64,
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": 16000},
+                    "turn_detection": {"type": "server_vad", "interrupt_response": False},
+                },
+                "output": {"voice": {"id": "alba"}, "speed": 1.5},
+            },
+        }
+    )
+    assert session.rate == 16000 and session.instructions == "Be kind." and not session.speaks
+    assert session.turn_detection.create_response and not session.turn_detection.interrupt_response
+    assert session.voice == "alba" and session.speed == 1.5 and session.max_output_tokens == 64
+    assert session.updated({"max_output_tokens": "inf"}).max_output_tokens is None
+    assert session.updated({"audio": {"input": {"turn_detection": None}}}).turn_detection is None
+
+
+def test_a_response_overrides_the_session_for_itself_only():
+    session = ConversationSession(instructions="A", voice="alba")
+    one = session.for_response(
+        {"instructions": "B", "output_modalities": ["text"], "audio": {"output": {"voice": "x"}}}
+    )
+    assert (one.instructions, one.speaks, one.voice) == ("B", False, "x")
+    assert session.for_response(None) is session and session.instructions == "A"
+
+
+@pytest.mark.parametrize(
+    "update, param",
+    [
+        ({"type": "transcription"}, "session.type"),
+        ({"output_modalities": ["audio", "text"]}, "session.output_modalities"),
+        ({"max_output_tokens": 1.5}, "session.max_output_tokens"),
+        ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}}, "session.audio.output.format"),
+        ({"audio": {"output": {"speed": 9}}}, "session.audio.output.speed"),
+        ({"audio": {"output": {"voice": 3}}}, "session.audio.output.voice"),
+        (
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": "yes"}}}},
+            "session.audio.input.turn_detection.create_response",
+        ),
+    ],
+)
+def test_bad_updates_name_their_field(update, param):
+    with pytest.raises(RealtimeError) as error:
+        ConversationSession().updated(update)
+    assert error.value.param == param
+
+
+def test_a_user_message_text():
+    parts = [{"type": "input_text", "text": "Hello"}, {"type": "input_text", "text": " there "}]
+    assert user_text({"type": "message", "role": "user", "content": parts}) == "Hello there"
+    for bad in (None, {"role": "system", "content": parts}, {"role": "user", "content": []}):
+        with pytest.raises(RealtimeError):
+            user_text(bad)
+
+
+def test_output_audio_is_resampled_to_24_khz():
+    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(16000) / 16000) * 32767).astype("<i2").tobytes()
+    out = np.frombuffer(output_pcm(tone, 16000), "<i2")
+    assert len(out) == 24000
+    spectrum = np.abs(np.fft.rfft(out.astype(np.float32)))
+    assert abs(np.argmax(spectrum) * OUTPUT_RATE / len(out) - 440) < 2  # the same tone, at the new rate
+    assert output_pcm(tone, OUTPUT_RATE) == tone
