@@ -154,4 +154,5 @@ def test_a_diarized_session_fed_in_chunks_finds_both_voices(http, talk):
     whole = http.post("/v1/audio/diarization", content=wav, timeout=TIMEOUT).json()
     turns = [(t["start"], t["end"], whole["speakers"].index(t["speaker"])) for t in whole["segments"]]
     same = [max(turns, key=lambda t: min(t[1], e) - max(t[0], s))[2] == speaker for s, e, speaker in segments]
+    print(f"diarized session: {len(segments)} segments, speakers {[s[2] for s in segments]}, {sum(same)} as the file's")
     assert sum(same) >= 0.8 * len(same), (segments, turns)
