@@ -30,15 +30,17 @@ import numpy as np
 from ray import serve
 
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions, group_by_options
+from deployments.asr.formats import diarized_json, segment_id
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
 from deployments.asr.metrics import TranscriptionMetrics
 from deployments.asr.session_host import SessionHost
 from deployments.asr.streaming import StreamConfig
-from deployments.asr.transcript import Transcript
+from deployments.asr.transcript import Segment, Transcript
 from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.diarization.config import SpeakerCount
-from deployments.diarization.engine import DiarizationEngine, DiarizeJob
-from deployments.diarization.spans import Diarization
+from deployments.diarization.engine import DiarizationEngine, DiarizeJob, VoicesJob
+from deployments.diarization.spans import Diarization, Span
+from deployments.diarization.track import SpeakerTrack
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import DiarizationParams, SpeakerOptions, TranscriptionParams
 from deployments.slot_replica import SlotReplica
@@ -85,6 +87,7 @@ class ASRSlot(SlotReplica):
                 partial_every_s=self.config.stream_partial_every_s, pause_s=self.config.stream_pause_s
             ),
             hypothesise=lambda engine, options, samples: engine.hypothesis(samples, options),
+            voices=self._utterance_voices,
         )
         self._reclaimer = asyncio.create_task(self._reclaim_idle_sessions())
 
@@ -123,22 +126,40 @@ class ASRSlot(SlotReplica):
         return result
 
     async def transcribe_stream(
-        self, params: TranscriptionParams, audio: Optional[bytes] = None, server_path: Optional[str] = None
+        self,
+        params: TranscriptionParams,
+        audio: Optional[bytes] = None,
+        server_path: Optional[str] = None,
+        references: Optional[dict[str, np.ndarray]] = None,
     ) -> AsyncIterator[dict]:
         """OpenAI's streamed transcription: a `transcript.text.delta` per decoded window, then
-        `transcript.text.done` with the whole text (the same as `transcribe`'s) and the usage."""
+        `transcript.text.done` with the whole text (the same as `transcribe`'s) and the usage.
+
+        Diarized (`diarized_json`): the deltas name their segment (`segment_id`) as they are
+        decoded; speakers need the whole recording's clustering, so the labelled
+        `transcript.text.segment` events follow the last delta, in order, then the done event."""
         started = time.perf_counter()
+        diarizer = await self.diarizer() if params.diarized else None
         engine, options, samples = await self._request_audio(params, audio, server_path)
         duration = len(samples) / engine.sample_rate
-        texts: list[str] = []
+        decoded: list[Segment] = []
         async for segments in engine.transcribe_windows(samples, options):
-            for text in (s.text.strip() for s in segments):
-                if text:
-                    yield {"type": "transcript.text.delta", "delta": (" " if texts else "") + text}
-                    texts.append(text)
+            for segment in (s for s in segments if s.text.strip()):
+                delta = {"type": "transcript.text.delta", "delta": (" " if decoded else "") + segment.text.strip()}
+                if diarizer is not None:
+                    delta["segment_id"] = segment_id(len(decoded))
+                yield delta
+                decoded.append(segment)
+        result = Transcript.join(decoded, options.language, duration)
+        if diarizer is not None:
+            boundaries = [s.end for s in result.segments]
+            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
+            result.label_speakers(speakers.speaker_of, speakers.labels)
+            for event in diarized_json(result)["segments"]:
+                yield event
         self.metrics.transcribed(engine.model_id, duration, time.perf_counter() - started)
         usage = {"type": "duration", "seconds": round(duration, 3)}
-        yield {"type": "transcript.text.done", "text": " ".join(texts), "usage": usage}
+        yield {"type": "transcript.text.done", "text": result.text, "usage": usage}
 
     async def _request_audio(
         self, params: TranscriptionParams, audio: Optional[bytes], server_path: Optional[str]
@@ -168,12 +189,24 @@ class ASRSlot(SlotReplica):
 
     # ------------------------------------------------------------------ streaming sessions
 
-    async def stream_create(self, language: Optional[str] = None, overrides: Optional[dict] = None) -> dict:
-        """A new session on the request's model; its sid names this replica."""
+    async def stream_create(
+        self, language: Optional[str] = None, overrides: Optional[dict] = None, diarize: bool = False
+    ) -> dict:
+        """A new session on the request's model; its sid names this replica. `diarize`: each
+        segment gets a speaker (the diarization engine starts here, so turned off is a 400 now)."""
         engine = await self.engine()
         options = TranscribeOptions(language=language)
         engine.check_options(options)
-        return await self.streams.create(engine, options, overrides)
+        speakers = None
+        if diarize:
+            await self.diarizer()
+            speakers = SpeakerTrack(self.config.diarization_config())
+        return await self.streams.create(engine, options, overrides, speakers)
+
+    async def _utterance_voices(self, samples: np.ndarray, boundaries: list[float]) -> tuple[list[Span], np.ndarray]:
+        """A diarized session's utterance (16 kHz): its voice pieces and their embeddings."""
+        diarizer = await self.diarizer()
+        return await diarizer.voices(VoicesJob(samples, self.config.diarization_config(), boundaries))
 
     async def stream_feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
         return await self.streams.feed(sid, pcm, finish)

@@ -67,7 +67,7 @@ def verbose_json(transcript: Transcript, include_words: bool) -> dict[str, Any]:
 def diarized_json(transcript: Transcript) -> dict[str, Any]:
     labels = transcript.speaker_labels or []
     segments = [
-        DiarizedSegment(id=f"seg_{s.id}", start=s.start, end=s.end, text=s.text.strip(), speaker=_label(s, labels))
+        DiarizedSegment(id=segment_id(s.id), start=s.start, end=s.end, text=s.text.strip(), speaker=_label(s, labels))
         for s in transcript.segments
     ]
     body = DiarizedTranscription(
@@ -77,6 +77,11 @@ def diarized_json(transcript: Transcript) -> dict[str, Any]:
         usage=DurationUsage(seconds=transcript.duration),
     )
     return body.model_dump()
+
+
+def segment_id(index: int) -> str:
+    """A diarized segment's id (OpenAI's `seg_<n>`; streamed deltas name theirs by it)."""
+    return f"seg_{index}"
 
 
 def _label(segment: Segment, labels: list[str]) -> str:

@@ -20,7 +20,11 @@ deployments/asr/hypothesis.py) in the background: a chunk is answered at once wi
 hypothesis ready, so its round trip is the VAD's milliseconds, not a decode; a session has at
 most one hypothesis in flight, and one of an utterance that has ended is cancelled or dropped.
 
-Ray-free: the deployment passes in its replica id and its decode and engine lookups.
+A diarized session (created with a `SpeakerTrack`) also sends each finalised utterance, with its
+Whisper segment ends, to `voices(samples, boundaries)` (the replica's diarization engine: voice
+pieces and their GE2E embeddings); the track clusters them (deployments/diarization/track.py).
+
+Ray-free: the deployment passes in its replica id and its decode, engine and voice lookups.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from deployments.asr.streaming import (
     session_not_found,
 )
 from deployments.audio.resample import resample
+from deployments.diarization.spans import Span
+from deployments.diarization.track import SpeakerTrack
 from deployments.routing.affinity import owner_of, replica_key
 
 logger = logging.getLogger("ray.serve")
@@ -53,6 +59,7 @@ logger = logging.getLogger("ray.serve")
 Decode = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[Any]]  # -> Transcript
 Hypothesise = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[str]]
 EngineFor = Callable[[str], Awaitable[Any]]
+Voices = Callable[[np.ndarray, list[float]], Awaitable[tuple[list[Span], np.ndarray]]]  # pieces, embeddings
 
 
 @dataclass
@@ -103,11 +110,13 @@ class SessionHost:
         defaults: StreamConfig = StreamConfig(),
         vad: Any = None,
         hypothesise: Optional[Hypothesise] = None,
+        voices: Optional[Voices] = None,
     ):
         self.replica_id = replica_id
         self._decode = decode
         self._hypothesise = hypothesise or self._decoded_text
         self._engine_for = engine_for
+        self._voices = voices
         self.defaults = defaults
         self.max_chunk_bytes = int(max_chunk_s * RATE) * 2
         self.vad = vad or SileroStream()
@@ -117,10 +126,19 @@ class SessionHost:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def create(self, engine: Any, options: TranscribeOptions, overrides: Optional[dict] = None) -> dict:
+    async def create(
+        self,
+        engine: Any,
+        options: TranscribeOptions,
+        overrides: Optional[dict] = None,
+        speakers: Optional[SpeakerTrack] = None,
+    ) -> dict:
+        """A new session; with `speakers`, a diarized one (the host needs `voices` for it)."""
+        if speakers is not None and self._voices is None:
+            raise ValueError("a diarized session needs the host's `voices`")
         config = StreamConfig(**{**self.defaults.__dict__, **(overrides or {})})
         self.reclaim()
-        session = self.table.create(engine.model_id, config)
+        session = self.table.create(engine.model_id, config, speakers=speakers)
         self._live[session.sid] = LiveSession(session, options)
         self.stats["created"] += 1
         return {"sid": session.sid, "model": engine.model_id, "sample_rate": RATE}
@@ -209,10 +227,18 @@ class SessionHost:
             return live.session.state()
 
     async def _finalise(self, live: LiveSession, cut: Cut) -> dict:
-        text = (await self._transcribe(live, cut.audio)).text.strip()
-        live.session.finalised(cut, text)
+        transcript = await self._transcribe(live, cut.audio)
+        text = transcript.text.strip()
+        session = live.session
+        if session.speakers is not None and text:  # an empty text is noise: no voice to learn
+            pieces, embeddings = await self._voices(cut.audio, [s.end for s in transcript.segments])
+            session.speakers.add(cut.start / RATE, pieces, embeddings)
+        session.finalised(cut, text)
         self.stats["finals"] += 1
-        return {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
+        final = {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
+        if session.speakers is not None:  # provisional: the clustering of what was heard so far
+            final["speaker"] = session.speakers.speaker_of(cut.start / RATE, cut.end / RATE)
+        return final
 
     def _start_partial(self, live: LiveSession) -> None:
         """Decode a hypothesis of the open utterance in the background, unless one is in

@@ -11,7 +11,10 @@ voice activity detector (Silero, run by the ASR replica) gives one speech probab
 - while speech goes on, a partial hypothesis is due once `partial_every_s` of new audio came;
 - before any speech only `preroll_s` of audio is kept, so silence costs nothing.
 
-Segments keep their start and end in stream time: the hook for per-session diarization.
+Segments keep their start and end in stream time. A diarized session (`speakers`, a
+`SpeakerTrack`) gives each a `speaker` from the clustering of every utterance heard so far, and
+a top-level `speakers` count: provisional while the session runs, globally consistent in the
+final answer (deployments/diarization/track.py).
 The same state machine serves MiniInfer's HTTP sessions and the Realtime WebSocket (where
 `auto_finalize=False` means manual commits).
 """
@@ -26,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from deployments.diarization.track import SpeakerTrack
 from deployments.protocol.errors import APIError, invalid_request
 
 RATE = 16000
@@ -106,9 +110,15 @@ class StreamSession:
     requests (one lock per session)."""
 
     def __init__(
-        self, sid: str, model: Optional[str], config: StreamConfig, clock: Callable[[], float] = time.monotonic
+        self,
+        sid: str,
+        model: Optional[str],
+        config: StreamConfig,
+        clock: Callable[[], float] = time.monotonic,
+        speakers: Optional[SpeakerTrack] = None,
     ):
         self.sid = sid
+        self.speakers = speakers  # diarized sessions only
         self.model = model
         self.config = config
         self._clock = clock
@@ -216,17 +226,25 @@ class StreamSession:
         return round(len(self.buffer) / RATE, 3)
 
     def state(self, utterance_final: bool = False, final: bool = False) -> dict:
-        """MiniInfer's chunk answer."""
-        return {
+        """MiniInfer's chunk answer (with `speakers` and each segment's `speaker` when diarized)."""
+        answer = {
             "sid": self.sid,
             "text": self.text,
             "partial": self.partial,
             "buffer_s": self.buffer_s,
             "utterance_final": utterance_final,
             "final": final,
-            "segments": [u.as_dict() for u in self.utterances],
+            "segments": [self.segment(u) for u in self.utterances],
             "received_s": round(self.received / RATE, 3),
         }
+        if self.speakers is not None:
+            answer["speakers"] = self.speakers.speakers
+        return answer
+
+    def segment(self, utterance: Utterance) -> dict:
+        if self.speakers is None:
+            return utterance.as_dict()
+        return {**utterance.as_dict(), "speaker": self.speakers.speaker_of(utterance.start, utterance.end)}
 
     def summary(self) -> dict:
         """One line of GET /v1/audio/stream/sessions."""
@@ -277,7 +295,11 @@ class SessionTable:
         return iter(list(self._sessions.values()))
 
     def create(
-        self, model: Optional[str], config: StreamConfig, clock: Callable[[], float] = time.monotonic
+        self,
+        model: Optional[str],
+        config: StreamConfig,
+        clock: Callable[[], float] = time.monotonic,
+        speakers: Optional[SpeakerTrack] = None,
     ) -> StreamSession:
         self.reclaim()
         if len(self._sessions) >= self.max_sessions:
@@ -290,7 +312,7 @@ class SessionTable:
                 "too_many_sessions",
                 headers={"Retry-After": "5"},
             )
-        session = StreamSession(self._make_sid(secrets.token_urlsafe(12)), model, config, clock)
+        session = StreamSession(self._make_sid(secrets.token_urlsafe(12)), model, config, clock, speakers)
         self._sessions[session.sid] = session
         return session
 

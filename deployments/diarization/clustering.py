@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from deployments.diarization.config import DiarizationConfig, SpeakerCount
+
 
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
     x = np.asarray(embeddings, dtype=np.float64)
@@ -112,3 +114,23 @@ def name_speakers(centres: np.ndarray, known: Mapping[str, np.ndarray], max_dist
                 names[c] = refs[r]
     spare = iter(label for label in letters(len(centres) + len(known)) if label not in known)
     return [name if name is not None else next(spare) for name in names]
+
+
+def cluster(
+    embeddings: np.ndarray, durations: Sequence[float], config: DiarizationConfig, count: SpeakerCount = SpeakerCount()
+) -> list[int]:
+    """Cluster the pieces long enough to embed well (by the threshold, then to the count the
+    caller asked for if it differs), then give each short piece the speaker of the nearest
+    centroid; labels renumbered in order of appearance."""
+    durations = np.asarray(durations, dtype=np.float64)
+    solid = np.flatnonzero(durations >= config.min_embed_s)
+    if len(solid) == 0:
+        solid = np.arange(len(durations))
+    x, w = embeddings[solid], durations[solid]
+    solid_labels = agglomerate(x, config.threshold, count.exactly, w)
+    target = count.target(max(solid_labels) + 1)
+    if target is not None and target != max(solid_labels) + 1:
+        solid_labels = agglomerate(x, config.threshold, target, w)
+    labels = np.asarray(nearest(embeddings, centroids(x, solid_labels, w)))
+    labels[solid] = solid_labels
+    return first_appearance(labels.tolist())

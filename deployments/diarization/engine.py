@@ -2,7 +2,9 @@
 replica that decoded the audio: the ASR slot's (deployments/asr/deployment.py says why).
 
 One job = one recording, with the speech boundaries its transcript gives, the known speakers'
-reference clips and the options; the answer is a `Diarization`. No Ray here.
+reference clips and the options; the answer is a `Diarization`. A streaming session's utterance
+is a `VoicesJob`: its voice pieces and their embeddings, clustered by the session
+(deployments/diarization/track.py). No Ray here.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from deployments.diarization.config import SPEAKER_MODEL_ID, DiarizationConfig, SpeakerCount
 from deployments.diarization.pipeline import Diarization, Diarizer
+from deployments.diarization.spans import Span
 from deployments.engine_thread import EngineThread, Message
 from deployments.hub import ModelUnavailable
 from deployments.protocol.errors import invalid_request
@@ -29,7 +32,14 @@ class DiarizeJob(Message):
     references: dict[str, np.ndarray] = field(default_factory=dict)  # name -> 16 kHz clip
 
 
-class DiarizationEngine(EngineThread[DiarizeJob]):
+@dataclass(eq=False)
+class VoicesJob(Message):
+    samples: np.ndarray  # mono float32, 16 kHz
+    config: DiarizationConfig
+    boundaries: list[float] = field(default_factory=list)
+
+
+class DiarizationEngine(EngineThread[DiarizeJob | VoicesJob]):
     """Create with `await DiarizationEngine.start()`; `diarize(job)` answers one recording."""
 
     kind = "diarization"
@@ -41,6 +51,9 @@ class DiarizationEngine(EngineThread[DiarizeJob]):
     async def diarize(self, job: DiarizeJob) -> Diarization:
         return await self.submit(job)
 
+    async def voices(self, job: VoicesJob) -> tuple[list[Span], np.ndarray]:
+        return await self.submit(job)
+
     def _load(self) -> None:
         try:
             self._model = Diarizer()
@@ -49,7 +62,10 @@ class DiarizationEngine(EngineThread[DiarizeJob]):
                 f"Diarization is not available on this server: {e}", None, "diarization_unavailable"
             ) from None
 
-    def _handle(self, job: DiarizeJob) -> Diarization:
+    def _handle(self, job: DiarizeJob | VoicesJob) -> Diarization | tuple[list[Span], np.ndarray]:
+        if isinstance(job, VoicesJob):
+            self.stats["audio_s"] += len(job.samples) / 16000
+            return self._model.voice_pieces(job.samples, job.config, job.boundaries)
         known = {name: self._model.embed(clip) for name, clip in job.references.items()}
         result = self._model.diarize(
             job.samples, job.rate, job.config, count=job.count, boundaries=job.boundaries, known=known

@@ -15,6 +15,7 @@ from deployments.audio.resample import resample
 from deployments.audio_models.silero_vad import SileroConfig, default_vad, speech_segments
 from deployments.audio_models.speaker_encoder import default_encoder
 from deployments.diarization import clustering
+from deployments.diarization.clustering import cluster
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
 from deployments.diarization.spans import Diarization, Span, cut_at, turns, windows
 
@@ -52,10 +53,9 @@ class Diarizer:
         if rate != RATE:
             samples = resample(samples, rate, RATE)
         duration = len(samples) / RATE
-        pieces = self.pieces(samples, config, boundaries)
+        pieces, embeddings = self.voice_pieces(samples, config, boundaries)
         if not pieces:
             return Diarization([], [], duration)
-        embeddings = self.embed_pieces(samples, pieces)
         weights = [p.duration for p in pieces]
         labels = cluster(embeddings, weights, config, count)
         names = clustering.name_speakers(
@@ -63,25 +63,14 @@ class Diarizer:
         )
         return Diarization(turns(pieces, labels, config.join_gap_s), names, duration)
 
+    def voice_pieces(
+        self, samples: np.ndarray, config: DiarizationConfig, boundaries: Sequence[float] = ()
+    ) -> tuple[list[Span], np.ndarray]:
+        """The pieces of 16 kHz `samples` worth an embedding, and their embeddings ([n, 192])."""
+        pieces = self.pieces(samples, config, boundaries)
+        if not pieces:
+            return [], np.zeros((0, 0), np.float32)
+        return pieces, self.embed_pieces(samples, pieces)
+
     def embed_pieces(self, samples: np.ndarray, pieces: Sequence[Span]) -> np.ndarray:
         return np.stack([self.embed(samples[int(p.start * RATE) : int(p.end * RATE)]) for p in pieces])
-
-
-def cluster(
-    embeddings: np.ndarray, durations: Sequence[float], config: DiarizationConfig, count: SpeakerCount = SpeakerCount()
-) -> list[int]:
-    """Cluster the pieces long enough to embed well (by the threshold, then to the count the
-    caller asked for if it differs), then give each short piece the speaker of the nearest
-    centroid; labels renumbered in order of appearance."""
-    durations = np.asarray(durations, dtype=np.float64)
-    solid = np.flatnonzero(durations >= config.min_embed_s)
-    if len(solid) == 0:
-        solid = np.arange(len(durations))
-    x, w = embeddings[solid], durations[solid]
-    solid_labels = clustering.agglomerate(x, config.threshold, count.exactly, w)
-    target = count.target(max(solid_labels) + 1)
-    if target is not None and target != max(solid_labels) + 1:
-        solid_labels = clustering.agglomerate(x, config.threshold, target, w)
-    labels = np.asarray(clustering.nearest(embeddings, clustering.centroids(x, solid_labels, w)))
-    labels[solid] = solid_labels
-    return clustering.first_appearance(labels.tolist())

@@ -13,6 +13,7 @@ from deployments.protocol.errors import invalid_request
 ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt", "diarized_json"]
 Granularity = Literal["segment", "word"]
 SPEAKER_FORMATS = ("verbose_json", "diarized_json", "srt", "vtt")  # the formats that can say who spoke
+STREAM_FORMATS = ("json", "text", "diarized_json")  # diarized_json streams transcript.text.segment events
 MAX_KNOWN_SPEAKERS = 4  # OpenAI's limit
 MAX_SPEAKERS = 32
 
@@ -75,7 +76,7 @@ class TranscriptionParams(SpeakerOptions):
     temperature: float = Field(0.0, ge=0.0, le=1.0)
     timestamp_granularities: list[Granularity] = Field(default_factory=lambda: ["segment"])
     diarize: bool = False  # MiniInfer's ?diarize=1; diarized_json implies it
-    stream: bool = False  # SSE transcript.text.delta / transcript.text.done events
+    stream: bool = False  # SSE transcript.text.delta (/ .segment when diarized) / transcript.text.done events
     task: Literal["transcribe", "translate"] = "transcribe"  # set by the route, never by the client
 
     @field_validator("language", "prompt", "model")
@@ -87,8 +88,10 @@ class TranscriptionParams(SpeakerOptions):
     @field_validator("stream")
     @classmethod
     def _stream_formats(cls, value: bool, info) -> bool:
-        if value and info.data.get("response_format") not in ("json", "text"):
-            raise ValueError("stream=true sends transcript.text events; response_format must be json or text")
+        if value and info.data.get("response_format") not in STREAM_FORMATS:
+            raise ValueError(
+                "stream=true sends transcript.text events; response_format must be one of " + ", ".join(STREAM_FORMATS)
+            )
         return value
 
     @property

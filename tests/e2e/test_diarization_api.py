@@ -1,13 +1,15 @@
 """Speaker diarization through the real graph: a dialogue of two Kokoro voices (1 s gaps,
 tests/dialogues.py) transcribed by the default Whisper tiny.en and diarized in the ASR slot, in
-each form: OpenAI's diarized_json with known speakers (the openai SDK's own type), MiniInfer's
-?diarize=1 in verbose_json and srt, and POST /v1/audio/diarization as JSON and RTTM. The bad
+each form: OpenAI's diarized_json with known speakers (the openai SDK's own type) and streamed
+(the SDK's transcript.text.segment events), MiniInfer's ?diarize=1 in verbose_json and srt and on
+a streaming session fed in 0.5 s chunks, and POST /v1/audio/diarization as JSON and RTTM. The bad
 inputs run in tests/e2e/test_bad_input_audio.py (the corpus's slot-checked cases)."""
 
 from __future__ import annotations
 
 import base64
 
+import numpy as np
 import pytest
 
 from deployments.diarization.der import diarization_error_rate
@@ -109,3 +111,48 @@ def test_diarization_route_json_and_rttm(http, talk):
     lines = [line.split() for line in r.text.splitlines()]
     assert len(lines) == len(body["segments"])
     assert all(f[0] == "SPEAKER" and f[1] == "audio" and f[7] in ("A", "B") for f in lines)
+
+
+def test_streamed_diarized_json_through_the_sdk(client, talk):
+    d, wav = talk
+    stream = client.audio.transcriptions.create(
+        model=REAL, file=("dialogue.wav", wav), response_format="diarized_json", stream=True, timeout=TIMEOUT
+    )
+    events = list(stream)
+    kinds = [type(e).__name__ for e in events]
+    deltas = kinds.count("TranscriptionTextDeltaEvent")
+    segments = [e for e in events if type(e).__name__ == "TranscriptionTextSegmentEvent"]
+    # Deltas while decoding, then the labelled segments (after the clustering), then done.
+    assert deltas and kinds == ["TranscriptionTextDeltaEvent"] * deltas + ["TranscriptionTextSegmentEvent"] * len(
+        segments
+    ) + ["TranscriptionTextDoneEvent"], kinds
+    assert [e.segment_id for e in events[:deltas]] == [s.id for s in segments]
+    assert {s.speaker for s in segments} == {"A", "B"}
+    assert segment_speakers_right(d, [(s.start, s.end, s.speaker) for s in segments]) >= 0.8, segments
+    done = events[-1]
+    assert done.text == " ".join(s.text for s in segments) == "".join(e.delta for e in events[:deltas]).strip()
+    assert "warehouse" in done.text.lower() or "message" in done.text.lower()
+
+
+def test_a_diarized_session_fed_in_chunks_finds_both_voices(http, talk):
+    d, wav = talk
+    pcm = np.clip(np.round(d.samples * 32768), -32768, 32767).astype("<i2").tobytes()
+    sid = http.post("/v1/audio/stream/sessions", params={"diarize": "1"}).json()["sid"]
+    chunk = RATE  # 0.5 s of PCM16, in bytes
+    for i in range(0, len(pcm), chunk):
+        r = http.post(f"/v1/audio/stream/sessions/{sid}", content=pcm[i : i + chunk], timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        for final in r.json()["finalised"]:  # each utterance is labelled as it ends (provisional)
+            assert isinstance(final["speaker"], int), final
+    done = http.post(f"/v1/audio/stream/sessions/{sid}", params={"finish": "1"}, timeout=TIMEOUT).json()
+    assert done["final"] and done["speakers"] == 2, done
+    segments = [(s["start"], s["end"], s["speaker"]) for s in done["segments"]]
+    assert {s[2] for s in segments} == {0, 1}
+    assert segment_speakers_right(d, segments) >= 0.8, segments
+    # The whole file's diarization names the same voices the same way (both number speakers in
+    # order of first speech: A is 0).
+    whole = http.post("/v1/audio/diarization", content=wav, timeout=TIMEOUT).json()
+    turns = [(t["start"], t["end"], whole["speakers"].index(t["speaker"])) for t in whole["segments"]]
+    same = [max(turns, key=lambda t: min(t[1], e) - max(t[0], s))[2] == speaker for s, e, speaker in segments]
+    print(f"diarized session: {len(segments)} segments, speakers {[s[2] for s in segments]}, {sum(same)} as the file's")
+    assert sum(same) >= 0.8 * len(same), (segments, turns)

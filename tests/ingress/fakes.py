@@ -174,8 +174,17 @@ class Engine:
     sample_rate = 16000
 
 
-def pcm(seconds: float, loud: bool, rate: int = 16000) -> bytes:
-    return np.full(int(seconds * rate), 8000 if loud else 0, "<i2").tobytes()
+def pcm(seconds: float, loud: bool, rate: int = 16000, level: int = 8000) -> bytes:
+    return np.full(int(seconds * rate), level if loud else 0, "<i2").tobytes()
+
+
+async def level_voices(samples, boundaries):
+    """A stand-in for the speaker encoder: an utterance is one voice piece, and its "voice" is
+    its level (pcm(level=8000) is one speaker, any louder level the other)."""
+    from deployments.diarization.spans import Span
+
+    voice = [1.0, 0.0] if np.abs(samples).max() < 0.3 else [0.0, 1.0]
+    return [Span(0.0, len(samples) / 16000)], np.array([voice])
 
 
 def session_host(**kwargs):
@@ -192,17 +201,18 @@ def session_host(**kwargs):
     async def engine_for(model):
         return Engine()
 
-    defaults = dict(max_sessions=4, idle_timeout_s=600, max_chunk_s=10, vad=LoudVAD())
+    defaults = dict(max_sessions=4, idle_timeout_s=600, max_chunk_s=10, vad=LoudVAD(), voices=level_voices)
     return SessionHost("r1", decode, engine_for, **{**defaults, **kwargs}), decoded
 
 
 def streaming_asr(host) -> FakeClient:
     """An ASR slot client whose session calls reach `host` (one replica)."""
     from deployments.asr.engine import TranscribeOptions
+    from deployments.diarization.track import SpeakerTrack
 
     return FakeClient(
-        stream_create=lambda language, overrides, model=None: host.create(
-            Engine(), TranscribeOptions(language), overrides
+        stream_create=lambda language, overrides, diarize=False, model=None: host.create(
+            Engine(), TranscribeOptions(language), overrides, SpeakerTrack() if diarize else None
         ),
         stream_feed=lambda sid, pcm, finish=False, model=None: host.feed(sid, pcm, finish),
         stream_commit=lambda sid, model=None: host.commit(sid),

@@ -1,18 +1,21 @@
 """The diarizing forms in process (fake ASR slot): what the routes send the slot (options, the
 known speakers' clips decoded to 16 kHz samples) and how they render a diarized answer
-(verbose_json, diarized_json in the openai SDK's type, srt, vtt; /v1/audio/diarization as JSON
-and RTTM). The bad inputs are in tests/corpus/bad_audio.py (tests/ingress/test_bad_input_audio.py)."""
+(verbose_json, diarized_json in the openai SDK's type, srt, vtt, streamed diarized_json's
+events; /v1/audio/diarization as JSON and RTTM). The bad inputs are in tests/corpus/bad_audio.py (tests/ingress/test_bad_input_audio.py)."""
 
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 import pytest
-from openai.types.audio import TranscriptionDiarized
+from openai.types.audio import TranscriptionDiarized, TranscriptionTextSegmentEvent
 
+from deployments.asr.formats import diarized_json
 from deployments.asr.transcript import Segment, Transcript
 from deployments.diarization.spans import Diarization, Turn
+from tests.assertions import assert_openai_error
 from tests.corpus.bad_audio import REFERENCE, TINY_ASR, WAV
 from tests.ingress import fakes
 from tests.ingress.conftest import default_slots
@@ -123,3 +126,35 @@ async def test_diarization_route_json_and_rttm(http, slots):
         "/v1/audio/diarization", files={"file": ("meeting one.wav", WAV)}, data={"response_format": "rttm"}
     )
     assert r.text.startswith("SPEAKER meeting_one 1 ")
+
+
+def diarized_events(params, audio, server_path, references=None, model=None):
+    """What the ASR slot streams for diarized_json: deltas naming their segment, the labelled
+    segments, then done."""
+    segments = diarized_json(diarized_transcript(params, audio, server_path))["segments"]
+    yield from ({"type": "transcript.text.delta", "delta": s["text"], "segment_id": s["id"]} for s in segments)
+    yield from segments
+    yield {"type": "transcript.text.done", "text": "Hello there. Hi.", "usage": {"type": "duration", "seconds": 3.2}}
+
+
+async def test_streamed_diarized_json_sends_the_segment_events(http, slots):
+    slots["asr"].answers["transcribe_stream"] = diarized_events
+    data = {"stream": "true", "response_format": "diarized_json", "known_speaker_names[]": ["ann"]}
+    r = await http.post("/v1/audio/transcriptions", **form(**data, **{"known_speaker_references[]": [REFERENCE]}))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert [e["type"] for e in events] == ["transcript.text.delta"] * 2 + ["transcript.text.segment"] * 2 + [
+        "transcript.text.done"
+    ]
+    segments = [TranscriptionTextSegmentEvent.model_validate(e) for e in events[2:4]]
+    assert [(s.id, s.speaker, s.text) for s in segments] == [("seg_0", "ann", "Hello there."), ("seg_1", "A", "Hi.")]
+    assert [e["segment_id"] for e in events[:2]] == ["seg_0", "seg_1"]
+    method, (params, _, _, references), _ = slots["asr"].calls[0]
+    assert method == "transcribe_stream" and params.stream and params.diarized
+    assert list(references) == ["ann"] and params.known_speaker_references == []
+
+
+async def test_streamed_diarization_needs_diarized_json(http, slots):
+    r = await http.post("/v1/audio/transcriptions", **form(stream="true", diarize="1"))
+    assert "no place for speakers" in assert_openai_error(r, 400, param="response_format")["message"]
+    assert slots["asr"].calls == []

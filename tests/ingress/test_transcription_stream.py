@@ -21,7 +21,8 @@ EVENTS = [
 @pytest.fixture
 def slots(slots):
     slots["asr"] = FakeClient(
-        transcribe=transcript(), transcribe_stream=lambda params, audio, server_path, model=None: EVENTS
+        transcribe=transcript(),
+        transcribe_stream=lambda params, audio, server_path, references=None, model=None: EVENTS,
     )
     return slots
 
@@ -60,13 +61,13 @@ async def test_stream_needs_a_text_format(http, slots):
         files={"file": ("a.wav", b"RIFF")},
         data={"stream": "true", "response_format": "srt"},
     )
-    assert "json or text" in assert_openai_error(r, 400, param="stream")["message"]
+    assert "json, text, diarized_json" in assert_openai_error(r, 400, param="stream")["message"]
     assert_openai_error(await http.post("/v1/audio/transcriptions?stream=maybe", content=b"RIFF"), 400, param="stream")
     assert slots["asr"].calls == []
 
 
 async def test_an_error_before_the_first_event_keeps_its_status(http, slots):
-    def bad(params, audio, server_path, model=None):
+    def bad(params, audio, server_path, references=None, model=None):
         raise invalid_request("The audio could not be decoded", "file", "invalid_audio")
 
     slots["asr"].answers["transcribe_stream"] = bad

@@ -1,6 +1,7 @@
 """MiniInfer's streaming transcription sessions (docs/api/streaming-asr.md):
 
-- `POST /v1/audio/stream/sessions[?model=&language=]` -> `{"sid", "model", "sample_rate"}`
+- `POST /v1/audio/stream/sessions[?model=&language=&diarize=1]` -> `{"sid", "model", "sample_rate"}`
+  (diarized: every segment gets a 0-based `speaker`, the answer a `speakers` count)
 - `POST /v1/audio/stream/sessions/{sid}[?finish=1]`, body: raw s16le 16 kHz mono PCM ->
   `{"text", "partial", "buffer_s", "utterance_final", "final", "segments", ...}`
 - `GET /v1/audio/stream/sessions/{sid}`: the same state, no audio; `DELETE` ends the session
@@ -33,16 +34,12 @@ def _flag(request: Request, name: str) -> bool:
 
 @router.post(PREFIX)
 async def create_session(request: Request, state: IngressState = Depends(ingress_state)):
-    if _flag(request, "diarize"):
-        raise invalid_request(
-            "diarize=1 is not supported on streaming sessions yet; each segment carries its start and end "
-            "for diarizing the finished session's audio.",
-            "diarize",
-            "unsupported",
-        )
+    diarize = _flag(request, "diarize")
     query = request.query_params
     serving = ServingStreams(state)
-    return JSONResponse(await serving.create(query.get("model") or None, query.get("language") or None))
+    return JSONResponse(
+        await serving.create(query.get("model") or None, query.get("language") or None, diarize=diarize)
+    )
 
 
 @router.get(PREFIX)

@@ -7,7 +7,8 @@
 - JSON (OminiX-API): `{"file": "<base64>" | "/server/path", "model", "language", ...}`.
 
 `stream=true` (in any of the three) answers OpenAI's SSE events instead: a
-`transcript.text.delta` per decoded window, then `transcript.text.done` with the usage.
+`transcript.text.delta` per decoded window, then `transcript.text.done` with the usage; with
+`response_format=diarized_json`, the labelled `transcript.text.segment` events come between.
 POST /v1/audio/translations takes the same forms (multilingual Whisper only).
 
 The router only parses (and decodes the known speakers' short reference clips, so a bad one is
@@ -76,17 +77,14 @@ async def transcribe(request: Request, state: IngressState, family: Optional[str
     params.check_diarization()
     params = params.model_copy(update={"task": task})
     model = family_model or state.catalog.resolve("asr", params.model)
-    if params.stream:
-        if params.diarized:  # transcript.text.segment events are not built yet (docs/api/diarization.md)
-            raise invalid_request("stream=true cannot be combined with diarization yet.", "stream")
-        events = await asr.stream("transcribe_stream", params, audio, server_path, model=model)
-        return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
+    speakers: tuple = ()  # diarized: the known speakers' decoded clips, by name
     if params.diarized:
-        references = await known_speakers(params)
+        speakers = (await known_speakers(params),)
         params = params.model_copy(update={"known_speaker_references": []})  # decoded: sent once, as samples
-        transcript = await asr.call("transcribe", params, audio, server_path, references, model=model)
-    else:
-        transcript = await asr.call("transcribe", params, audio, server_path, model=model)
+    if params.stream:
+        events = await asr.stream("transcribe_stream", params, audio, server_path, *speakers, model=model)
+        return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
+    transcript = await asr.call("transcribe", params, audio, server_path, *speakers, model=model)
     body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
     if isinstance(body, dict):
         return JSONResponse(body)

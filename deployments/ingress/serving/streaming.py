@@ -26,9 +26,15 @@ class ServingStreams:
         self.state = state
         self.asr = state.slot("asr")
 
-    async def create(self, model: Optional[str], language: Optional[str] = None, overrides: Optional[dict] = None):
+    async def create(
+        self,
+        model: Optional[str],
+        language: Optional[str] = None,
+        overrides: Optional[dict] = None,
+        diarize: bool = False,
+    ):
         resolved = self.state.catalog.resolve("asr", model)
-        return await self.asr.call("stream_create", language, overrides, model=resolved)
+        return await self.asr.call("stream_create", language, overrides, diarize, model=resolved)
 
     async def call(self, method: str, sid: str, *args: Any) -> dict:
         """A session's request, on the replica its sid names."""

@@ -1,6 +1,7 @@
 """The streaming session state machine (deployments/asr/streaming.py) and the replica's session
 host (deployments/asr/session_host.py) with scripted speech probabilities and a recording
-decoder: when partials are due, pauses finalise, 30 s cuts, caps, idle reclaim, lost sessions."""
+decoder: when partials are due, pauses finalise, 30 s cuts, caps, idle reclaim, lost sessions,
+diarized sessions' speakers (fakes.level_voices for the speaker encoder)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from deployments.asr.engine import TranscribeOptions
 from deployments.asr.streaming import RATE, VAD_WINDOW, SessionTable, StreamConfig, StreamSession, pcm16_samples
+from deployments.diarization.track import SpeakerTrack
 from deployments.protocol.errors import APIError
 from deployments.routing.affinity import replica_key
 from tests.ingress.fakes import Engine, pcm, session_host
@@ -190,3 +192,35 @@ def test_a_slow_hypothesis_never_holds_a_chunk_and_a_stale_one_is_dropped():
 
     stats = asyncio.run(run())
     assert stats["partials"] == 1 and stats["finals"] == 1
+
+
+def test_a_diarized_session_labels_every_segment_and_regroups_at_finish():
+    async def run():
+        h, _ = session_host()
+        plain = (await h.create(Engine(), TranscribeOptions()))["sid"]
+        sid = (await h.create(Engine(), TranscribeOptions(), speakers=SpeakerTrack()))["sid"]
+        finalised = []
+        for level in (8000, 16000, 8000):  # voices A, B, A (fakes.level_voices)
+            await h.feed(sid, pcm(1.0, True, level=level))
+            answer = await h.feed(sid, pcm(1.0, False))
+            finalised += answer["finalised"]
+        assert [f["speaker"] for f in finalised] == [0, 1, 0]  # provisional, as each ended
+        await h.feed(sid, pcm(1.0, True, level=16000))
+        done = await h.feed(sid, b"", finish=True)  # the open utterance is finalised by finish
+        assert done["final"] and done["speakers"] == 2
+        assert [s["speaker"] for s in done["segments"]] == [0, 1, 0, 1]
+        await h.feed(plain, pcm(1.0, True))
+        answer = await h.feed(plain, b"", finish=True)
+        assert "speakers" not in answer and "speaker" not in answer["segments"][0]
+
+    asyncio.run(run())
+
+
+def test_a_diarized_session_needs_the_hosts_voices():
+    async def run():
+        h, _ = session_host(voices=None)
+        with pytest.raises(ValueError):
+            await h.create(Engine(), TranscribeOptions(), speakers=SpeakerTrack())
+        assert len(h.table) == 0
+
+    asyncio.run(run())

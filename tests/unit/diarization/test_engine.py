@@ -1,6 +1,7 @@
 """The diarization engine through the engine-thread bridge: a recording of two espeak-ng voices
 (male and female variants, which GE2E tells apart; Kokoro's are in test_quality.py) with a known
-speaker, the speaker count option, and a missing speaker model as a 400."""
+speaker, the speaker count option, a streaming session's utterances (voice pieces clustered by a
+SpeakerTrack), and a missing speaker model as a 400."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from deployments.diarization import engine as engine_module
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
-from deployments.diarization.engine import DiarizationEngine, DiarizeJob
+from deployments.diarization.engine import DiarizationEngine, DiarizeJob, VoicesJob
+from deployments.diarization.track import SpeakerTrack
 from deployments.hub import ModelUnavailable
 from deployments.protocol.errors import APIError
 from tests.speech import silence, speak
@@ -51,6 +53,24 @@ async def test_two_voices_and_a_known_one(recording):
         assert engine.stats["recordings"] == 2
     finally:
         engine.shutdown()
+
+
+async def test_a_sessions_utterances_are_embedded_and_clustered_across_utterances(recording):
+    samples, turns = recording
+    engine = await DiarizationEngine.start()
+    track = SpeakerTrack()
+    try:
+        for start, end, _ in turns:  # each turn is one utterance, as a session finalises it
+            offset = start - 0.3
+            utterance = samples[int(offset * RATE) : int((end + 0.3) * RATE)]
+            pieces, embeddings = await engine.voices(VoicesJob(utterance, DiarizationConfig(), [end - offset]))
+            assert pieces and embeddings.shape == (len(pieces), 256)
+            assert all(0 <= p.start < p.end <= len(utterance) / RATE for p in pieces)
+            track.add(offset, pieces, embeddings)
+    finally:
+        engine.shutdown()
+    assert track.speakers == 2
+    assert [track.speaker_of(start, end) for start, end, _ in turns] == [0, 1, 0, 1]
 
 
 async def test_a_missing_speaker_model_is_a_400(monkeypatch):
