@@ -113,21 +113,22 @@ class TTSSlot(SlotReplica):
             job.ref_text = params.reference_text
         else:
             voice = self._resolve(engine, params.voice)
-            if voice.preset is None:
-                engine = await self._cloning_engine(engine)
             if voice.preset is not None:
                 job.preset = voice.preset
-            elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
-                job.conditioning = voice.conditioning  # trained for this model: no encoding
             else:
-                job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
-                job.ref_text = voice.ref_text
+                engine = await self._cloning_engine(engine)
+                if voice.conditioning is not None and voice.conditioning_model == engine.model_id:
+                    job.conditioning = voice.conditioning  # trained for this model: no encoding
+                else:
+                    job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
+                    job.ref_text = voice.ref_text
         engine.check_job(job)
         return engine, job
 
     async def _cloning_engine(self, engine: TTSEngine) -> TTSEngine:
-        """The engine for a registry or voices_dir voice made from reference audio. When the request names no model and the default cannot clone
-        (Kokoro), the slot's `clone_model`; a request that named its model keeps it (and its 400)."""
+        """The engine for a registry or voices_dir voice made from reference audio: when the
+        request names no model and the default cannot clone (Kokoro), the slot's `clone_model`;
+        a request that named its model keeps it (and its 400)."""
         from ray import serve
 
         if engine.capabilities.clone or not self.config.clone_model or serve.get_multiplexed_model_id():
