@@ -145,6 +145,7 @@ SLOTS: dict[str, Slot] = {
             deployment="deployments.tts.deployment:TTSSlot",
             config=TTSSlotConfig,
             builtins={TINY_TTS_ID: ensure_tiny_tts, KOKORO_TTS_ID: ensure_kokoro},
+            replica_resources=reserve(0.1, 2304),  # Kokoro: 0.9-1.2 GiB peak, 2.1 GiB on a 28 s sentence
             random_builtins=frozenset({TINY_TTS_ID}),
             real_model_hint=f"TTS_MODEL={KOKORO_TTS_ID} (real Kokoro-82M, converted offline)",
             routes=(

@@ -41,6 +41,13 @@ class TTSSlotConfig(SlotModelsConfig):
     )
     ref_text: Optional[str] = Field(None, description="What ref_audio says (models that use a transcript)")
     ws_idle_timeout_s: float = Field(120.0, gt=0, description="WebSocket TTS: close after this long without a message")
+    clone_model: Optional[str] = Field(
+        None,
+        description=(
+            "Speaks registry (and voices_dir) voices made from reference audio when a request names no model "
+            "and the default cannot clone (Kokoro); allowed like the default. None: such requests are 400s"
+        ),
+    )
 
     @field_validator("ref_audio")
     @classmethod
@@ -48,6 +55,10 @@ class TTSSlotConfig(SlotModelsConfig):
         if value is not None and not Path(value).expanduser().is_file():
             raise ValueError(f"{value} is not a file")
         return value
+
+    def allowed_models(self) -> list[str]:
+        # The cloning model is served without being named, so it is allowed like the default.
+        return list(dict.fromkeys([*super().allowed_models(), *([self.clone_model] if self.clone_model else [])]))
 
     def max_ongoing_requests(self) -> int:
         # One synthesis runs at a time per replica (the model's decoder state is per stream);

@@ -84,8 +84,7 @@ class TTSSlot(SlotReplica):
 
     async def synthesize(self, params: SynthesisParams) -> AsyncIterator[SpeechChunk]:
         started = time.perf_counter()
-        engine = await self.engine()
-        job = await self._job(engine, params)
+        engine, job = await self._job(await self.engine(), params)
         meter = self.metrics.meter(engine.model_id, len(params.text), engine.sample_rate, started)
         yield SpeechChunk(sample_rate=engine.sample_rate)
         try:
@@ -95,7 +94,8 @@ class TTSSlot(SlotReplica):
         finally:
             meter.done()
 
-    async def _job(self, engine: TTSEngine, params: SynthesisParams) -> SpeechJob:
+    async def _job(self, engine: TTSEngine, params: SynthesisParams) -> tuple[TTSEngine, SpeechJob]:
+        """The request checked and made a job, with the engine that speaks it."""
         if len(params.text) > self.config.max_input_chars:
             raise invalid_request(
                 f"input is {len(params.text)} characters; the maximum is {self.config.max_input_chars}",
@@ -115,17 +115,36 @@ class TTSSlot(SlotReplica):
             voice = self._resolve(engine, params.voice)
             if voice.preset is not None:
                 job.preset = voice.preset
-            elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
-                job.conditioning = voice.conditioning  # trained for this model: no encoding
             else:
-                job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
-                job.ref_text = voice.ref_text
+                engine = await self._cloning_engine(engine)
+                if voice.conditioning is not None and voice.conditioning_model == engine.model_id:
+                    job.conditioning = voice.conditioning  # trained for this model: no encoding
+                else:
+                    job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
+                    job.ref_text = voice.ref_text
         engine.check_job(job)
-        return job
+        return engine, job
+
+    async def _cloning_engine(self, engine: TTSEngine) -> TTSEngine:
+        """The engine for a registry or voices_dir voice made from reference audio: when the
+        request names no model and the default cannot clone (Kokoro), the slot's `clone_model`;
+        a request that named its model keeps it (and its 400)."""
+        from ray import serve
+
+        if engine.capabilities.clone or not self.config.clone_model or serve.get_multiplexed_model_id():
+            return engine
+        return await self.models.get(self.config.clone_model)
 
     def _resolve(self, engine: TTSEngine, requested: Optional[str]):
         try:
-            return resolve_voice(requested, self._registry_data(), engine.presets, self.voices_dir)
+            return resolve_voice(
+                requested,
+                self._registry_data(),
+                engine.presets,
+                self.voices_dir,
+                engine.default_preset,
+                engine.preset_aliases,
+            )
         except VoiceNotFound as e:
             raise APIError(404, str(e), "invalid_request_error", "voice", "voice_not_found") from None
 
@@ -171,7 +190,7 @@ class TTSSlot(SlotReplica):
 
     async def voices(self) -> dict[str, Any]:
         engine = await self.engine()
-        return list_voices(self._registry_data(), engine.presets)
+        return list_voices(self._registry_data(), engine.presets, engine.default_preset, engine.preset_aliases)
 
     async def register_voice(
         self,

@@ -103,6 +103,8 @@ class TTSEngine(EngineThread[SpeechJob]):
         self.sample_rate: int = 24000
         self.model_type: str = ""
         self.presets: list[str] = []
+        self.default_preset: Optional[str] = None  # None: the first preset
+        self.preset_aliases: dict[str, str] = {}  # other names of presets (OpenAI's, for Kokoro)
         self.capabilities = Capabilities()
         self.stats = EngineStats()
 
@@ -149,6 +151,8 @@ class TTSEngine(EngineThread[SpeechJob]):
         model_hooks.after_load(self._model, self.model_type)
         self.capabilities = Capabilities.of(self._model)
         self.presets = find_presets(self.model_dir)
+        self.default_preset = model_hooks.default_preset(self.model_type, self.presets)
+        self.preset_aliases = model_hooks.preset_aliases(self.model_type, self.presets)
         logger.info(
             "Loaded TTS %s (%s, %d Hz, presets %s) from %s in %.1fs",
             self.model_id,

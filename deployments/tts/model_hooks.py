@@ -100,3 +100,39 @@ def check_kokoro_language(model_id: str, language: Optional[str]) -> None:
             "which this server does not have installed",
             "language",
         )
+
+
+# Kokoro's default voice (hexgrad's own first choice, its best-rated American English voice):
+# requests without a voice and GET /v1/voices' default_voice use it, not the alphabetical first.
+KOKORO_DEFAULT_VOICE = "af_heart"
+# OpenAI's voice names -> Kokoro presets, so OpenAI clients' `voice="alloy"` speaks: the Kokoro
+# voice of the same name where there is one (alloy, echo, fable, nova, onyx), else one of the
+# same gender and register (OpenAI's own descriptions: ash, ballad, verse male; coral, sage,
+# shimmer female).
+KOKORO_OPENAI_VOICES = {
+    "alloy": "af_alloy",
+    "ash": "am_adam",
+    "ballad": "bm_george",
+    "coral": "af_bella",
+    "echo": "am_echo",
+    "fable": "bm_fable",
+    "nova": "af_nova",
+    "onyx": "am_onyx",
+    "sage": "af_sarah",
+    "shimmer": "af_sky",
+    "verse": "am_michael",
+}
+
+
+def default_preset(model_type_name: str, presets: list[str]) -> Optional[str]:
+    """The preset a request without a voice gets (None: the first preset)."""
+    if model_type_name == "kokoro" and KOKORO_DEFAULT_VOICE in presets:
+        return KOKORO_DEFAULT_VOICE
+    return None
+
+
+def preset_aliases(model_type_name: str, presets: list[str]) -> dict[str, str]:
+    """Other names requests may use for the model's presets (alias -> preset)."""
+    if model_type_name != "kokoro":
+        return {}
+    return {alias: preset for alias, preset in KOKORO_OPENAI_VOICES.items() if preset in presets}

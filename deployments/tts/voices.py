@@ -21,6 +21,7 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -253,8 +254,10 @@ def resolve_voice(
     presets: list[str],
     voices_dir: Optional[Path] = None,
     model_default: Optional[str] = None,
+    preset_aliases: Optional[Mapping[str, str]] = None,
 ) -> Voice:
-    """The voice to synthesize with; raises `VoiceNotFound` with the valid names."""
+    """The voice to synthesize with; raises `VoiceNotFound` with the valid names. The registry
+    wins over presets, presets over their aliases (OpenAI's names for Kokoro's), those over files."""
     name = (requested or "").strip()
     if name.lower() in DEFAULT_VOICE_NAMES:
         name = registry.default_voice or model_default or (presets[0] if presets else "")
@@ -275,6 +278,9 @@ def resolve_voice(
     for preset in presets:
         if preset.lower() == name.lower():
             return Voice(name=preset, source="preset", preset=preset)
+    preset = {a.lower(): p for a, p in (preset_aliases or {}).items()}.get(name.lower())
+    if preset is not None:
+        return Voice(name=preset, source="preset", preset=preset)
     path = safe_voice_file(name, voices_dir)
     if path is not None:
         return Voice(name=name, source="file", ref_audio=path)
@@ -303,8 +309,14 @@ def available_names(registry: RegistryData, presets: list[str]) -> list[str]:
     return names + [p for p in presets if p.lower() not in taken]
 
 
-def list_voices(registry: RegistryData, presets: list[str]) -> dict[str, Any]:
-    """The GET /v1/voices body: registry voices (alphabetical), then the model's presets."""
+def list_voices(
+    registry: RegistryData,
+    presets: list[str],
+    model_default: Optional[str] = None,
+    preset_aliases: Optional[Mapping[str, str]] = None,
+) -> dict[str, Any]:
+    """The GET /v1/voices body: registry voices (alphabetical), then the model's presets (with
+    the other names they answer to)."""
     voices: list[dict[str, Any]] = []
     for name in sorted(registry.voices):
         entry = registry.voices[name]
@@ -313,6 +325,13 @@ def list_voices(registry: RegistryData, presets: list[str]) -> dict[str, Any]:
             item["language"] = entry.language
         voices.append(item)
     taken = {v["name"].lower() for v in voices}
-    voices += [{"name": p, "aliases": [], "source": "preset"} for p in presets if p.lower() not in taken]
-    default = registry.default_voice or (presets[0] if presets else None)
+    aliases: dict[str, list[str]] = {}
+    for alias, preset in (preset_aliases or {}).items():
+        aliases.setdefault(preset, []).append(alias)
+    voices += [
+        {"name": p, "aliases": sorted(aliases.get(p, [])), "source": "preset"}
+        for p in presets
+        if p.lower() not in taken
+    ]
+    default = registry.default_voice or model_default or (presets[0] if presets else None)
     return {"default_voice": default, "voices": voices}

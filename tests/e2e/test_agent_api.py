@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from deployments.tts.tiny_model import TINY_TTS_ID
 from tests.assertions import assert_openai_error, wait_for
 
 
@@ -25,13 +26,22 @@ def sse_events(lines) -> tuple[list[dict], bool]:
 
 
 def test_an_answer_is_spoken_sentence_by_sentence(http):
-    body = {"input": "Name three colors.", "voice": "alba", "max_tokens": 48, "temperature": 0}
+    # The tiny TTS model: the check is the sentence-by-sentence pipeline, not Kokoro's speech
+    # (its round trip is tests/e2e/test_kokoro_api.py), and it keeps the test fast on 2 cores.
+    body = {
+        "input": "Name three colors.",
+        "voice": "alba",
+        "tts_model": TINY_TTS_ID,
+        "max_tokens": 48,
+        "temperature": 0,
+    }
     r = http.post("/v1/agent/stream", json=body, timeout=300)
     assert r.status_code == 200, r.text
     events, done = sse_events(r.text.splitlines())
     assert done and "error" not in events[-1], events[-1]
     meta = events[0]
     assert meta["type"] == "meta" and meta["voice"] == "alba" and meta["model"] == "ominix-smollm2-135m-instruct"
+    assert meta["tts_model"] == TINY_TTS_ID
     assert meta["sample_rate"] == int(r.headers["x-audio-sample-rate"]) > 0
     texts = [e["text"] for e in events if e["type"] == "text"]
     assert texts and all(t.strip() for t in texts)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.speech import encode, silence, speak, word_error_rate
 
-REAL_ASR, TINY_ASR, TTS = "whisper-tiny.en", "ominix-tiny-whisper", "ominix-tiny-pocket-tts"
+REAL_ASR, TINY_ASR, TTS = "whisper-tiny.en", "ominix-tiny-whisper", "ominix-kokoro-82m"  # the shipped defaults
 SENTENCE = "Please schedule the meeting for Tuesday afternoon."
 
 

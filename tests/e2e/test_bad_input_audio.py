@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 import websockets
 
+from deployments.tts.tiny_model import TINY_TTS_ID
 from tests.assertions import assert_openai_error
 from tests.corpus.bad_audio import (
     ASR,
@@ -69,12 +70,12 @@ async def test_bad_websocket_frame_gets_the_slots_error_event_and_the_session_go
         await ws.send(ws_frame(frame))
         error = json.loads(await ws.recv())
         assert error["event"] == "error" and error["message"].startswith(expected), error
-        await ws.send(json.dumps({"event": "task_start", "voice_setting": {"voice_id": "alba"}}))
+        await ws.send(json.dumps({"event": "task_start", "model": TINY_TTS_ID, "voice_setting": {"voice_id": "alba"}}))
         assert json.loads(await ws.recv())["event"] == "task_started"
 
 
 async def test_task_continue_before_task_start_uses_the_defaults(ws_url, replicas_before):
-    """Documented: task_start is optional (OminiX-API); not an error."""
+    """Documented: task_start is optional (OminiX-API); not an error. The defaults: Kokoro, af_heart."""
     async with websockets.connect(ws_url) as ws:
         await ws.recv()
         await ws.send(json.dumps({"event": "task_continue", "text": "Short and sweet, said the voice."}))
@@ -106,7 +107,7 @@ def test_every_slot_answers_and_no_replica_was_replaced(client, http, replicas_b
 
     r = http.post(ASR, files={"file": ("a.wav", WAV)}, data={"model": TINY_ASR})
     assert r.status_code == 200 and isinstance(r.json()["text"], str)
-    speech = http.post(TTS, json={"input": TEXT, "voice": "alba", "response_format": "wav"})
+    speech = http.post(TTS, json={"model": TINY_TTS_ID, "input": TEXT, "voice": "alba", "response_format": "wav"})
     samples, rate = sf.read(io.BytesIO(speech.content))
     assert speech.status_code == 200 and rate == 24000 and samples.size > 0
     assert http.get(VOICES).status_code == 200

@@ -186,16 +186,16 @@ def test_file_transcription_shows_the_transcript_and_its_segments(page, spoken_w
 def test_speech_plays_as_it_arrives(page):
     p = page.open()
     page.tab("speech")
-    p.locator("#speech-voice option[value=alba]").wait_for(state="attached")
-    p.select_option("#speech-voice", "alba")
+    p.locator("#speech-voice option[value=bf_emma]").wait_for(state="attached")  # the default model's (Kokoro)
+    p.select_option("#speech-voice", "bf_emma")
     text = "Hello from the demo page. This sentence is streamed."
     p.fill("#speech-text", text)
     p.click("#speech-go")
     p.locator("#speech-status", has_text="Done.").wait_for()
-    # Every sample of the synthesis reached the player: the same request (the tiny model is
-    # greedy, so deterministic) answers that many samples to a plain client.
+    # Every sample of the synthesis reached the player: the same request answers that many
+    # samples to a plain client (Kokoro's durations are deterministic; its samples are not).
     headers = {"Authorization": f"Bearer {page.key}"} if page.key else {}
-    body = {"input": text, "voice": "alba", "response_format": "pcm"}
+    body = {"input": text, "voice": "bf_emma", "response_format": "pcm"}
     pcm = httpx.post(f"{page.base}/v1/audio/speech", json=body, headers=headers, timeout=300)
     assert page.samples("speech-stats") == len(pcm.content) // 2 > 0
     assert p.is_visible("#speech-download")

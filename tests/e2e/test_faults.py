@@ -1,4 +1,6 @@
-"""Faults: a slot replica dies mid-stream; many clients at once."""
+"""Faults: a slot replica dies mid-stream; many clients at once. Speech requests name the tiny
+pocket_tts (TINY_TTS): only the code path matters here, and it is greedy, so every answer is
+compared with one reference."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import httpx
 import pytest
 
 MODEL = "ominix-tiny-qwen3"
+TINY_TTS = {"model": "ominix-tiny-pocket-tts"}
+TINY_TTS_START = json.dumps({"event": "task_start", **TINY_TTS})
 
 
 def _replica_names(deployment: str) -> set[str]:
@@ -76,7 +80,9 @@ KILL_BOUND_S = 20  # "promptly": far below any timeout that would otherwise end 
 
 
 def _speech_works(http: httpx.Client) -> bytes:
-    r = http.post("/v1/audio/speech", json={"input": "Back again.", "voice": "alba", "response_format": "wav"})
+    r = http.post(
+        "/v1/audio/speech", json={**TINY_TTS, "input": "Back again.", "voice": "alba", "response_format": "wav"}
+    )
     assert r.status_code == 200, r.text
     return r.content
 
@@ -86,6 +92,8 @@ async def _ws_synthesis(ws_url: str, text: str) -> list[dict]:
 
     async with websockets.connect(ws_url) as ws:
         await ws.recv()
+        await ws.send(TINY_TTS_START)
+        assert json.loads(await ws.recv())["event"] == "task_started"
         await ws.send(json.dumps({"event": "task_continue", "text": text}))
         frames = [json.loads(await ws.recv())]
         while frames[-1]["event"] == "task_progress" and not frames[-1]["is_final"]:
@@ -96,7 +104,10 @@ async def _ws_synthesis(ws_url: str, text: str) -> list[dict]:
 def _wait_for_tts(http: httpx.Client, timeout_s=120) -> None:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        if http.post("/v1/audio/speech", json={"input": "x y z.", "response_format": "pcm"}).status_code == 200:
+        if (
+            http.post("/v1/audio/speech", json={**TINY_TTS, "input": "x y z.", "response_format": "pcm"}).status_code
+            == 200
+        ):
             return
         time.sleep(1)
     raise AssertionError("the TTS slot did not come back")
@@ -110,6 +121,8 @@ async def test_tts_replica_killed_mid_websocket_stream_gets_an_error_event_and_r
     ws_url = server.replace("http://", "ws://") + "/ws/v1/tts"
     async with websockets.connect(ws_url) as ws:
         await ws.recv()
+        await ws.send(TINY_TTS_START)
+        assert json.loads(await ws.recv())["event"] == "task_started"
         await ws.send(json.dumps({"event": "task_continue", "text": LONG_TEXT}))
         for _ in range(3):
             progress = json.loads(await ws.recv())
@@ -146,7 +159,7 @@ async def test_tts_replica_killed_mid_websocket_stream_gets_an_error_event_and_r
 def test_tts_replica_killed_mid_sse_speech_stream_ends_with_an_error_event(server, client, http):
     tts, llm = _replica_names("TTS"), _llm_replica_names()
     events = []
-    body = {"input": LONG_TEXT, "voice": "alba", "stream": True}
+    body = {**TINY_TTS, "input": LONG_TEXT, "voice": "alba", "stream": True}
     with httpx.Client(base_url=server, timeout=httpx.Timeout(30.0)) as c:
         with c.stream("POST", "/v1/audio/speech", json=body) as r:
             assert r.status_code == 200
@@ -254,7 +267,7 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
         try:
             async with websockets.connect(ws_url) as ws:
                 assert json.loads(await ws.recv()) == {"event": "connected_success"}
-                await ws.send(json.dumps({"event": "task_start", "voice_setting": {"voice_id": "alba"}}))
+                await ws.send(json.dumps({"event": "task_start", **TINY_TTS, "voice_setting": {"voice_id": "alba"}}))
                 assert json.loads(await ws.recv())["event"] == "task_started"
                 await ws.send(json.dumps({"event": "task_continue", "text": LOAD_TEXT}))
                 pcm = b""
@@ -313,7 +326,9 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
         elif kind == "transcription":
             r = await c.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, data={"model": ASR_MODEL})
         elif kind == "speech":
-            r = await c.post("/v1/audio/speech", json={"input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
+            r = await c.post(
+                "/v1/audio/speech", json={**TINY_TTS, "input": LOAD_TEXT, "voice": "alba", "response_format": "wav"}
+            )
         elif kind == "speech_ws":
             return await speech_over_websocket()
         else:
@@ -333,6 +348,6 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
 
 
 def _speech_wav(http: httpx.Client) -> bytes:
-    r = http.post("/v1/audio/speech", json={"input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
+    r = http.post("/v1/audio/speech", json={**TINY_TTS, "input": LOAD_TEXT, "voice": "alba", "response_format": "wav"})
     assert r.status_code == 200, r.text
     return r.content

@@ -1,6 +1,9 @@
-"""End to end: the built-in real TTS model Kokoro-82M on the session graph. Its speech is
-transcribed back by the graph's ASR slot (real Whisper tiny.en) and must say what was asked
-(WER <= 0.1), over HTTP and over the WebSocket; options it cannot honour are 400s."""
+"""End to end: the built-in real TTS model Kokoro-82M, the shipped config's default TTS model, on
+the session graph. Its speech is transcribed back by the graph's ASR slot (real Whisper tiny.en)
+and must say what was asked (WER <= 0.1), over HTTP (named, and as the default a request without
+model or voice gets) and over the WebSocket, where a multi-voice dialogue must come out in
+distinct voices (told apart by the ASR slot's GE2E speaker diarization); OpenAI's voice names
+speak Kokoro presets; options it cannot honour are 400s."""
 
 from __future__ import annotations
 
@@ -21,12 +24,21 @@ from tests.speech import encode, word_error_rate
 pytestmark = pytest.mark.slow
 
 SENTENCE = "Please schedule the meeting for Tuesday afternoon. The quick brown fox jumps over the lazy dog."
+SHORT = "Good morning, did you get my message?"
+# A dialogue over one WebSocket session: the session voice, two others per message, the first again.
+DIALOGUE = (
+    (None, "Welcome back to the show, today we talk about the new library."),
+    ("bm_george", "Thank you for having me, it is a pleasure to be here."),
+    ("bf_emma", "I am glad to join the discussion as well this morning."),
+    (None, "Let us start with the first question from our listeners."),
+)
+DIALOGUE_VOICE = "af_heart"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def kokoro_loaded(http):
-    """The first request converts Kokoro into the session's fresh cache and loads it (the
-    conversion takes tens of seconds on a busy 2-core machine); later requests only synthesize."""
+    """Kokoro is the slot's default, converted into the session's fresh cache and loaded when the
+    graph started; a short request first, so a replica that scaled up since has it warm too."""
     r = http.post(
         "/v1/audio/speech", json={"model": KOKORO_TTS_ID, "input": "Hello.", "response_format": "pcm"}, timeout=600
     )
@@ -49,6 +61,20 @@ def test_speech_round_trip_through_the_graph(client, voice):
     assert rate == 24000 and 3.0 < len(samples) / rate < 15.0
     text = transcribe(client, samples, rate)
     assert word_error_rate(SENTENCE, text) <= 0.1, text
+
+
+def test_the_default_model_and_voice_speak_what_was_asked(client, http):
+    """The README's first speech request: no model, no voice -> Kokoro's af_heart."""
+    r = http.post("/v1/audio/speech", json={"input": SENTENCE})
+    assert r.status_code == 200 and r.content[:4] == b"RIFF", r.text
+    samples, rate = sf.read(io.BytesIO(r.content), dtype="float32")
+    assert word_error_rate(SENTENCE, transcribe(client, samples, rate)) <= 0.1
+
+
+def test_an_openai_voice_name_speaks_its_kokoro_preset(client):
+    audio = client.audio.speech.create(model=KOKORO_TTS_ID, voice="onyx", input=SHORT, response_format="wav")
+    samples, rate = sf.read(io.BytesIO(audio.content), dtype="float32")
+    assert word_error_rate(SHORT, transcribe(client, samples, rate)) <= 0.1
 
 
 def test_pcm_streams_sentence_by_sentence(http):
@@ -110,3 +136,52 @@ async def test_websocket_speaks_with_kokoro_voices(server, client):
     samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
     text = transcribe(client, samples, 24000)
     assert word_error_rate(SENTENCE, text) <= 0.1, text
+
+
+async def ws_turn(ws, text: str, voice: str | None) -> np.ndarray:
+    """One task_continue (with a per-message voice, if any): its audio as float32 at 24 kHz."""
+    await ws.send(json.dumps({"event": "task_continue", "text": text, **({"voice_id": voice} if voice else {})}))
+    pcm = b""
+    while not (msg := json.loads(await ws.recv()))["is_final"]:
+        assert msg["event"] == "task_progress", msg
+        pcm += bytes.fromhex(msg["data"]["audio"])
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
+
+
+def turn_speakers(segments: list[dict], spans: list[tuple[float, float]]) -> list[str]:
+    """The diarization label that covers most of each turn."""
+
+    def overlap(segment: dict, span: tuple[float, float]) -> float:
+        return max(0.0, min(segment["end"], span[1]) - max(segment["start"], span[0]))
+
+    return [max(segments, key=lambda s: overlap(s, span))["speaker"] for span in spans]
+
+
+async def test_websocket_dialogue_switches_between_distinct_voices(server, client, http):
+    """OminiX-API's per-message voice switching on Kokoro: each turn says its text, and the
+    graph's own speaker diarization (GE2E embeddings) hears three speakers, the session voice
+    returning as the same one."""
+    url = server.replace("http://", "ws://") + "/ws/v1/tts"
+    async with websockets.connect(url) as ws:
+        assert json.loads(await ws.recv()) == {"event": "connected_success"}
+        start = {
+            "event": "task_start",
+            "voice_setting": {"voice_id": DIALOGUE_VOICE},
+            "audio_setting": {"format": "pcm"},
+        }
+        await ws.send(json.dumps(start))  # no model: the slot's default, Kokoro
+        started = json.loads(await ws.recv())
+        assert started["event"] == "task_started" and started["sample_rate"] == 24000, started
+        turns = [await ws_turn(ws, text, voice) for voice, text in DIALOGUE]
+    for (_, text), samples in zip(DIALOGUE, turns):
+        assert word_error_rate(text, transcribe(client, samples, 24000)) <= 0.1
+    gap = np.zeros(12000, np.float32)  # 0.5 s between turns
+    spans, at = [], 0.0
+    for samples in turns:
+        spans.append((at, at + len(samples) / 24000))
+        at += (len(samples) + len(gap)) / 24000
+    talk = np.concatenate([np.concatenate([t, gap]) for t in turns])
+    r = http.post("/v1/audio/diarization", files={"file": ("dialogue.wav", encode(talk, 24000, "wav"))}, timeout=600)
+    assert r.status_code == 200, r.text
+    host, george, emma, host_again = turn_speakers(r.json()["segments"], spans)
+    assert len({host, george, emma}) == 3 and host_again == host, r.json()

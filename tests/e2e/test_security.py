@@ -201,7 +201,9 @@ def test_metrics_count_audio_seconds_in_and_out_and_time_to_first_audio(http):
     )
     assert r.status_code == 200, r.text
     text = "Metrics count this sentence. And this one too!"
-    speech = http.post("/v1/audio/speech", json={"input": text, "voice": "alba", "response_format": "wav"})
+    speech = http.post(
+        "/v1/audio/speech", json={"model": tts_model, "input": text, "voice": "alba", "response_format": "wav"}
+    )
     assert speech.status_code == 200
     samples, rate = sf.read(io.BytesIO(speech.content))
     spoken = len(samples) / rate

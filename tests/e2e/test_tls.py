@@ -131,7 +131,12 @@ async def test_wss_websocket_tts_with_the_self_signed_certificate(tls_server):
         assert json.loads(await ws.recv()) == {"event": "connected_success"}
         await ws.send(
             json.dumps(
-                {"event": "task_start", "voice_setting": {"voice_id": "alba"}, "audio_setting": {"format": "wav"}}
+                {
+                    "event": "task_start",
+                    "model": "ominix-tiny-pocket-tts",  # the code path only: fast
+                    "voice_setting": {"voice_id": "alba"},
+                    "audio_setting": {"format": "wav"},
+                }
             )
         )
         assert json.loads(await ws.recv())["sample_rate"] == 24000

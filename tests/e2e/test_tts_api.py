@@ -1,5 +1,6 @@
 """End to end: POST /v1/audio/speech (+ clone) on the shipped graph's TTS slot, through the
-openai SDK and raw httpx. The built-in tiny pocket_tts model decodes greedily, so the same
+openai SDK and raw httpx. Every request names the built-in tiny pocket_tts model (the slot's
+default is Kokoro, tests/e2e/test_kokoro_api.py): it decodes greedily and fast, so the same
 text and voice give the same samples: tests compare audio across routes and voices."""
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import pytest
 import soundfile as sf
 
 from deployments.audio.encode import encode_wav
+from deployments.tts.kokoro import KOKORO_TTS_ID
 from deployments.tts.tiny_model import TINY_TTS_ID, TINY_TTS_VOICES
 
 TEXT = "Hello world. This is a test of the speech server! It streams sentence by sentence."
 RATE = 24000
+TINY = {"model": TINY_TTS_ID}
 
 
 def tone_wav(freq: float, seconds: float = 1.0, rate: int = 16000) -> bytes:
@@ -30,7 +33,7 @@ def tone_wav(freq: float, seconds: float = 1.0, rate: int = 16000) -> bytes:
 
 
 def pcm_of(http: httpx.Client, **body) -> bytes:
-    r = http.post("/v1/audio/speech", json={"input": TEXT, "response_format": "pcm", **body})
+    r = http.post("/v1/audio/speech", json={**TINY, "input": TEXT, "response_format": "pcm", **body})
     assert r.status_code == 200, r.text
     return r.content
 
@@ -54,7 +57,7 @@ def test_openai_sdk_wav(client):
 
 
 def test_default_format_is_wav(http):
-    r = http.post("/v1/audio/speech", json={"input": TEXT})
+    r = http.post("/v1/audio/speech", json={**TINY, "input": TEXT})
     assert r.status_code == 200
     assert r.headers["content-type"] == "audio/wav"
     assert r.content[:4] == b"RIFF"
@@ -71,7 +74,7 @@ def test_compressed_formats_decode(client, fmt, media):
 
 
 def test_aac_needs_ffmpeg(http):
-    r = http.post("/v1/audio/speech", json={"input": TEXT, "response_format": "aac"})
+    r = http.post("/v1/audio/speech", json={**TINY, "input": TEXT, "response_format": "aac"})
     if shutil.which("ffmpeg"):
         assert r.status_code == 200 and r.headers["content-type"] == "audio/aac"
         assert r.content[:2] == b"\xff\xf1"  # ADTS sync word
@@ -94,17 +97,19 @@ def test_pcm_streams_in_chunks_with_audio_headers(client):
 
 
 def test_httpx_pcm_chunking_matches_whole(http):
-    with http.stream("POST", "/v1/audio/speech", json={"input": TEXT, "voice": "alba", "response_format": "pcm"}) as r:
+    with http.stream(
+        "POST", "/v1/audio/speech", json={**TINY, "input": TEXT, "voice": "alba", "response_format": "pcm"}
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"] == "audio/pcm"
         chunks = [c for c in r.iter_raw() if c]
     assert len(chunks) > 1
-    wav = http.post("/v1/audio/speech", json={"input": TEXT, "voice": "alba", "response_format": "wav"}).content
+    wav = http.post("/v1/audio/speech", json={**TINY, "input": TEXT, "voice": "alba", "response_format": "wav"}).content
     assert b"".join(chunks) == wav[44:]  # same samples, WAV adds the streaming header
 
 
 def test_query_format_overrides(http):
-    r = http.post("/v1/audio/speech?format=wav", json={"input": TEXT, "response_format": "pcm"})
+    r = http.post("/v1/audio/speech?format=wav", json={**TINY, "input": TEXT, "response_format": "pcm"})
     assert r.status_code == 200 and r.content[:4] == b"RIFF"
 
 
@@ -115,7 +120,7 @@ def test_voices_are_distinct_and_deterministic(http):
 
 
 def test_miniinfer_sse(http):
-    with http.stream("POST", "/v1/audio/speech", json={"input": TEXT, "voice": "alba", "stream": True}) as r:
+    with http.stream("POST", "/v1/audio/speech", json={**TINY, "input": TEXT, "voice": "alba", "stream": True}) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in r.iter_lines() if line.startswith("data: ")]
@@ -139,7 +144,7 @@ def test_openai_sse(client, http):
 
 
 def test_empty_text_gives_empty_audio(http):
-    r = http.post("/v1/audio/speech", json={"input": "*** ###", "response_format": "wav"})
+    r = http.post("/v1/audio/speech", json={**TINY, "input": "*** ###", "response_format": "wav"})
     assert r.status_code == 200
     assert r.content[:4] == b"RIFF" and len(r.content) == 44
 
@@ -168,11 +173,11 @@ def test_empty_text_gives_empty_audio(http):
     ],
 )
 def test_bad_requests(http, body, status, code, param):
-    assert_error(http.post("/v1/audio/speech", json=body), status, code, param)
+    assert_error(http.post("/v1/audio/speech", json={**TINY, **body}), status, code, param)
 
 
 def test_unknown_voice_lists_valid_names(http):
-    error = assert_error(http.post("/v1/audio/speech", json={"input": "hi", "voice": "nobody"}), 404)
+    error = assert_error(http.post("/v1/audio/speech", json={**TINY, "input": "hi", "voice": "nobody"}), 404)
     for name in TINY_TTS_VOICES:
         assert name in error["message"]
 
@@ -193,7 +198,7 @@ async def test_concurrent_clones_never_mix_voices(server):
 
         async def synth(ref):
             r = await ac.post(
-                "/v1/audio/speech", json={"input": TEXT, "response_format": "pcm", "reference_audio": ref}
+                "/v1/audio/speech", json={**TINY, "input": TEXT, "response_format": "pcm", "reference_audio": ref}
             )
             assert r.status_code == 200
             return r.content
@@ -206,7 +211,9 @@ async def test_concurrent_clones_never_mix_voices(server):
 
 def test_clone_multipart_route(http):
     files = {"reference_audio": ("ref.wav", tone_wav(300), "audio/wav")}
-    r = http.post("/v1/audio/speech/clone?format=wav", data={"input": TEXT, "reference_text": "tone"}, files=files)
+    r = http.post(
+        "/v1/audio/speech/clone?format=wav", data={**TINY, "input": TEXT, "reference_text": "tone"}, files=files
+    )
     assert r.status_code == 200 and r.content[:4] == b"RIFF"
     same = pcm_of(http, reference_audio=base64.b64encode(tone_wav(300)).decode())
     assert r.content[44:] == same
@@ -216,7 +223,7 @@ def test_clone_multipart_route(http):
 
 def test_models_list_has_tts(client):
     cards = {m.id: m for m in client.models.list().data}
-    assert TINY_TTS_ID in cards
+    assert TINY_TTS_ID in cards and KOKORO_TTS_ID in cards
     assert "/v1/audio/speech" in cards[TINY_TTS_ID].model_extra["endpoints"]
 
 
@@ -225,7 +232,9 @@ def test_first_audio_arrives_long_before_the_end(http):
     t0 = time.perf_counter()
     first = None
     total = 0
-    with http.stream("POST", "/v1/audio/speech", json={"input": text, "voice": "alba", "response_format": "pcm"}) as r:
+    with http.stream(
+        "POST", "/v1/audio/speech", json={**TINY, "input": text, "voice": "alba", "response_format": "pcm"}
+    ) as r:
         for chunk in r.iter_raw():
             if chunk and first is None:
                 first = time.perf_counter() - t0

@@ -7,8 +7,10 @@ the burst, the last 20 s complete more requests per second than one replica did 
 scale-up (MIN_SPEEDUP), and the slot comes back down to its minimum after serve_config.yaml's
 downscale delay.
 
-The model is named in every request: the burst measures scaling on the built-in tiny model,
-whatever the slot's default becomes.
+The model is named in every request: the burst measures scaling on the built-in tiny model.
+The slot's shipped default, Kokoro-82M, synthesizes at about real time on 2 cores, so a burst
+of it would measure Kokoro, not the scaling (docs/resources.md); the replicas that scale up
+still load Kokoro, the default, when they start, under the slot's shipped memory reservation.
 
 Then a small app of its own (`tts-burst`, under /burst: one TTS replica, a 1.5 s WebSocket idle
 timeout) for what needs a known single replica or short timeouts: a client hanging up stops

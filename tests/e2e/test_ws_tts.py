@@ -1,5 +1,8 @@
 """End to end: the WebSocket TTS protocol (/ws/v1/tts) with a real `websockets` client,
-including per-message voice switching and every error event."""
+including per-message voice switching and every error event. Sessions name the tiny
+pocket_tts model (deterministic and fast: WebSocket audio is compared with HTTP audio); the
+slot's default, Kokoro, speaks over the WebSocket in tests/e2e/test_kokoro_api.py and in the
+session below that sends no task_start."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import json
 import httpx
 import pytest
 import websockets
+
+from deployments.tts.tiny_model import TINY_TTS_ID
 
 TEXT = "Hello world. This is a test of the speech server! It streams sentence by sentence."
 
@@ -40,14 +45,16 @@ async def synthesize(ws, text: str, **extra) -> tuple[list[bytes], dict]:
 
 def http_pcm(server: str, voice: str, text: str = TEXT) -> bytes:
     r = httpx.post(
-        f"{server}/v1/audio/speech", json={"input": text, "voice": voice, "response_format": "pcm"}, timeout=60
+        f"{server}/v1/audio/speech",
+        json={"model": TINY_TTS_ID, "input": text, "voice": voice, "response_format": "pcm"},
+        timeout=60,
     )
     assert r.status_code == 200
     return r.content
 
 
 async def start(ws, **settings) -> dict:
-    await send(ws, {"event": "task_start", **settings})
+    await send(ws, {"event": "task_start", "model": TINY_TTS_ID, **settings})
     return await recv(ws)
 
 
@@ -86,6 +93,7 @@ async def test_wav_framing_puts_a_header_on_each_text(ws_url, server):
 
 
 async def test_task_start_is_optional_and_empty_text_is_final_only(ws_url):
+    """No task_start: the slot's default model (Kokoro) and its default voice."""
     async with websockets.connect(ws_url) as ws:
         await recv(ws)
         chunks, _ = await synthesize(ws, "*** ###")
@@ -121,7 +129,7 @@ async def test_error_events_keep_the_session(ws_url, message, expected):
         assert error["event"] == "error"
         assert error["message"].startswith(expected), error
         # The session goes on: a good request still works.
-        await send(ws, {"event": "task_start", "voice_setting": {"voice_id": "alba"}})
+        await send(ws, {"event": "task_start", "model": TINY_TTS_ID, "voice_setting": {"voice_id": "alba"}})
         assert (await recv(ws))["event"] == "task_started"
         chunks, _ = await synthesize(ws, TEXT)
         assert chunks

@@ -81,7 +81,7 @@ async def test_models_list_names_every_alias_and_its_model(http):
     cards = {card["id"]: card for card in (await http.get("/v1/models")).json()["data"]}
     assert cards["qwen3"]["alias_of"] == "ominix-smollm2-135m-instruct" and cards["qwen3"]["type"] == "llm"
     assert cards["paraformer"]["alias_of"] == "whisper-tiny.en"
-    assert cards["gpt-sovits"]["alias_of"] == "ominix-tiny-pocket-tts"
+    assert cards["gpt-sovits"]["alias_of"] == "ominix-kokoro-82m"  # the slot default
     assert cards["flux"]["alias_of"] == "ominix-tiny-flux2-klein"  # FLUX.2-klein-4B is not allowed here
     assert cards["ominix-tiny-qwen3"]["alias_of"] is None
     assert (await http.get("/v1/models/qwen3")).json()["alias_of"] == "ominix-smollm2-135m-instruct"

@@ -25,11 +25,12 @@ def test_shipped_config_validates_and_serves_the_real_small_models():
         "families": {},
     }
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
+    assert config.catalog()["tts"]["models"] == ["ominix-kokoro-82m", "ominix-tiny-pocket-tts"]
     # Every enabled slot starts under the control plane with its configured default.
     assert config.defaults() == {
         "llm": "ominix-smollm2-135m-instruct",
         "asr": "whisper-tiny.en",
-        "tts": "ominix-tiny-pocket-tts",
+        "tts": "ominix-kokoro-82m",
         "image": "ominix-tiny-flux2-klein",
         "embeddings": "ominix-all-minilm-l6-v2",
         "vlm": "ominix-tiny-qwen2-vl",

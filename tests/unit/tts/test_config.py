@@ -3,6 +3,7 @@ and the shipped burst autoscaling."""
 
 import yaml
 
+from deployments.tts.config import TTSSlotConfig
 from graphs.config import GraphArgs
 
 
@@ -11,10 +12,17 @@ def shipped():
         return yaml.safe_load(f)["applications"][0]
 
 
-def test_shipped_config_serves_the_tiny_tts():
+def test_shipped_config_serves_kokoro_and_clones_with_the_tiny_model():
     config = GraphArgs.from_args(shipped()["args"], environ={})
-    assert config.catalog()["tts"]["models"] == ["ominix-tiny-pocket-tts", "ominix-kokoro-82m"]
+    assert config.catalog()["tts"]["models"] == ["ominix-kokoro-82m", "ominix-tiny-pocket-tts"]
+    assert config.tts.clone_model == "ominix-tiny-pocket-tts" and config.tts.max_models_per_replica == 2
     assert config.tts.voices_config is None and config.tts.voices_dir is None
+
+
+def test_the_clone_model_is_allowed_like_the_default():
+    config = TTSSlotConfig(default_model="ominix-kokoro-82m", clone_model="ominix-tiny-pocket-tts")
+    assert config.allowed_models() == ["ominix-kokoro-82m", "ominix-tiny-pocket-tts"]
+    assert TTSSlotConfig(default_model="ominix-kokoro-82m").allowed_models() == ["ominix-kokoro-82m"]
 
 
 def test_ominix_env_overrides():
@@ -24,7 +32,7 @@ def test_ominix_env_overrides():
         "TTS_VOICES_DIR": "/srv/voices",
     }
     config = GraphArgs.from_args(shipped()["args"], environ=env)
-    assert config.catalog()["tts"]["models"] == ["mlx-community/Kokoro-82M-bf16", "ominix-kokoro-82m"]
+    assert config.catalog()["tts"]["models"] == ["mlx-community/Kokoro-82M-bf16", "ominix-tiny-pocket-tts"]
     assert config.tts.voices_config == "~/.OminiX/models/voices.json"
     assert config.tts.voices_dir == "/srv/voices"
 

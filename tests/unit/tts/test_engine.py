@@ -42,6 +42,7 @@ async def test_engine_facts(engine):
     assert (engine.sample_rate, engine.model_type, engine.presets) == (24000, "pocket_tts", list(TINY_TTS_VOICES))
     caps = engine.capabilities
     assert caps.stream and caps.clone and not caps.speed and not caps.instruct
+    assert engine.default_preset is None and engine.preset_aliases == {}  # its first preset, no aliases
 
 
 async def test_streams_chunks_per_voice(engine):

@@ -11,7 +11,7 @@ import pytest
 
 from deployments.hub import ModelUnavailable
 from deployments.protocol.errors import APIError
-from deployments.tts import kokoro
+from deployments.tts import kokoro, model_hooks
 from deployments.tts.engine import SpeechJob, TTSEngine
 from deployments.tts.kokoro_onnx import ConversionError, convert, scope_module
 from deployments.tts.model_hooks import kokoro_lang_code
@@ -179,7 +179,8 @@ async def whisper(cache_dir):
 @pytest.mark.slow
 async def test_engine_facts_and_option_checks(kokoro_engine):
     assert (kokoro_engine.model_type, kokoro_engine.sample_rate) == ("kokoro", 24000)
-    assert len(kokoro_engine.presets) == 54 and "af_heart" in kokoro_engine.presets
+    assert len(kokoro_engine.presets) == 54 and kokoro_engine.default_preset == "af_heart"
+    assert kokoro_engine.preset_aliases == model_hooks.KOKORO_OPENAI_VOICES  # every target is a preset
     caps = kokoro_engine.capabilities
     assert (caps.speed, caps.language, caps.clone, caps.instruct) == (True, True, False, False)
     with pytest.raises(APIError) as err:

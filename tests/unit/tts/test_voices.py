@@ -145,3 +145,29 @@ def test_write_is_atomic_when_it_fails(tmp_path, monkeypatch):
 def test_bad_voice_names(name):
     with pytest.raises(RegistryError):
         check_voice_name(name)
+
+
+KOKORO = ["af_alloy", "af_heart", "am_echo", "bf_emma"]
+OPENAI = {"alloy": "af_alloy", "echo": "am_echo"}
+
+
+def test_a_model_default_preset_and_preset_aliases():
+    """Kokoro: no voice is af_heart (not the alphabetical first); OpenAI's names speak presets."""
+    empty = RegistryData()
+    assert resolve_voice(None, empty, KOKORO, None, "af_heart", OPENAI).preset == "af_heart"
+    v = resolve_voice("Alloy", empty, KOKORO, None, "af_heart", OPENAI)
+    assert (v.name, v.source, v.preset) == ("af_alloy", "preset", "af_alloy")
+    with pytest.raises(VoiceNotFound):
+        resolve_voice("alloy", empty, KOKORO)  # without the aliases (another model type)
+
+
+def test_the_registry_wins_over_a_preset_alias(registry):
+    registry.voices["alloy"] = VoiceEntry(ref_audio="alloy.wav")
+    assert resolve_voice("alloy", registry, KOKORO, None, "af_heart", OPENAI).source == "registry"
+
+
+def test_listing_shows_the_model_default_and_preset_aliases():
+    body = list_voices(RegistryData(), KOKORO, "af_heart", OPENAI)
+    assert body["default_voice"] == "af_heart"
+    assert {"name": "af_alloy", "aliases": ["alloy"], "source": "preset"} in body["voices"]
+    assert {"name": "bf_emma", "aliases": [], "source": "preset"} in body["voices"]
