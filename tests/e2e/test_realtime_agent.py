@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -96,17 +97,27 @@ async def test_speech_over_the_answer_cancels_it_and_stops_both_slots(server, ht
             if e["type"] == kind:
                 return e
 
-    async with websockets.connect(url, max_size=None) as ws:
-        await until(ws, "session.created")
-        for message in [update, *appends(speech)]:
-            await ws.send(json.dumps(message))
-        await until(ws, "response.output_audio.delta")  # the answer is playing
-        for message in appends(speech):  # the user talks over it
-            await ws.send(json.dumps(message))
-        done = await until(ws, "response.done")
-        assert done["response"]["status"] == "cancelled", seen
-        assert done["response"]["status_details"]["reason"] == "turn_detected"
-        assert seen.index("input_audio_buffer.speech_started", seen.index("response.created")) < len(seen) - 1
+    async def attempt() -> Optional[dict]:
+        """The interrupted response's response.done; None if the answer ended (the random model
+        said its end token) before the interruption was heard."""
+        seen.clear()
+        async with websockets.connect(url, max_size=None) as ws:
+            await until(ws, "session.created")
+            for message in [update, *appends(speech)]:
+                await ws.send(json.dumps(message))
+            await until(ws, "response.output_audio.delta")  # the answer is playing
+            for message in appends(speech):  # the user talks over it
+                await ws.send(json.dumps(message))
+            done = await until(ws, "response.done")
+            interrupted = "input_audio_buffer.speech_started" in seen[seen.index("response.created") :]
+            return done if interrupted or done["response"]["status"] != "completed" else None
+
+    for _ in range(3):
+        if (done := await attempt()) is not None:
+            break
+    assert done is not None, f"every answer ended before the user spoke over it: {seen}"
+    assert done["response"]["status"] == "cancelled", seen
+    assert done["response"]["status_details"]["reason"] == "turn_detected"
     # The socket closed with the interrupting turn's answer maybe under way: nothing runs on.
     wait_for(lambda: _in_flight(http) == (0, 0), timeout_s=30, interval=0.3)
 
