@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from deployments.diarization.config import SPEAKER_MODEL_ID, DiarizationConfig, SpeakerCount
-from deployments.diarization.pipeline import Diarization, Diarizer
 from deployments.diarization.spans import Span
 from deployments.engine_thread import EngineThread, Message
 from deployments.hub import ModelUnavailable
 from deployments.protocol.errors import invalid_request
+
+if TYPE_CHECKING:
+    from deployments.diarization.pipeline import Diarization
 
 
 @dataclass(eq=False)
@@ -55,6 +58,10 @@ class DiarizationEngine(EngineThread[DiarizeJob | VoicesJob]):
         return await self.submit(job)
 
     def _load(self) -> None:
+        # MLX only here, on the engine's thread: the ASR deployment imports this module before
+        # its replica has chosen a BLAS (deployments/blas.py), which importing MLX would defeat.
+        from deployments.diarization.pipeline import Diarizer
+
         try:
             self._model = Diarizer()
         except ModelUnavailable as e:  # the speaker model's package is not installed

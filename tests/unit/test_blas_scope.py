@@ -22,3 +22,23 @@ def test_importing_the_ingress_and_the_graph_loads_no_blas_and_no_mlx():
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     system = {os.path.realpath(path) for path in blas.candidates()}
     assert not system & set(probe["mapped"]) and probe["mlx"] is False
+
+
+SLOT_PROBE = """
+import json, sys
+from deployments.slots import SLOTS
+loaded = {}
+for slot in SLOTS.values():
+    slot.deployment_class()
+    loaded[slot.name] = "mlx.core" in sys.modules
+print(json.dumps(loaded))
+"""
+
+
+def test_importing_a_slot_deployment_imports_no_mlx():
+    """A replica chooses its BLAS in __init__ (deployments/slot_replica.py), after Ray imported
+    its deployment's module: a module that imports MLX would leave it the reference BLAS (the
+    ASR slot did, through the diarization pipeline: Whisper ran ~6x slower)."""
+    out = subprocess.run([sys.executable, "-c", SLOT_PROBE], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded and not any(loaded.values()), loaded

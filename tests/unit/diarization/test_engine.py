@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deployments.diarization import engine as engine_module
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
 from deployments.diarization.engine import DiarizationEngine, DiarizeJob, VoicesJob
 from deployments.diarization.track import SpeakerTrack
@@ -77,7 +76,9 @@ async def test_a_missing_speaker_model_is_a_400(monkeypatch):
     def missing():
         raise ModelUnavailable("the PyPI package 'resemblyzer' is not installed")
 
-    monkeypatch.setattr(engine_module, "Diarizer", missing)
+    from deployments.diarization import pipeline
+
+    monkeypatch.setattr(pipeline, "Diarizer", missing)
     with pytest.raises(APIError) as e:
         await DiarizationEngine.start()
     assert e.value.status_code == 400 and e.value.code == "diarization_unavailable"
