@@ -215,6 +215,23 @@ def test_the_agent_answer_is_shown_and_played(page):
     page.shoot("agent")
 
 
+def test_the_agent_hears_a_spoken_question(page):
+    """Say it: the fake microphone's sentence is recorded, transcribed by the ASR slot, shown as
+    the user's turn and answered aloud."""
+    p = page.open()
+    page.tab("agent")
+    p.fill("#agent-max", "24")
+    p.click("#agent-say")
+    p.locator("#agent-status", has_text="Listening").wait_for()
+    p.wait_for_timeout(4500)  # the file loops: at least one whole sentence
+    p.click("#agent-say")
+    p.locator("#agent-status", has_text="Done.").wait_for(timeout=TIMEOUT_MS)
+    asked = p.locator("#agent-log .msg.user").last.inner_text()
+    assert set(words(asked)) & set(words(SENTENCE)), asked
+    assert p.locator("#agent-log .msg.assistant").last.inner_text().strip() and page.samples("agent-stats") > 0
+    page.shoot("agent-spoken")
+
+
 def test_chat_answers(page):
     p = page.open()
     page.tab("chat")

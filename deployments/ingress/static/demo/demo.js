@@ -178,19 +178,25 @@ class PcmPlayer {
   }
 
   wav() {
-    const data = new DataView(new ArrayBuffer(44 + this.samples * 2));
-    const text = (at, s) => [...s].forEach((c, i) => data.setUint8(at + i, c.charCodeAt(0)));
-    text(0, "RIFF"); data.setUint32(4, 36 + this.samples * 2, true); text(8, "WAVE");
-    text(12, "fmt "); data.setUint32(16, 16, true); data.setUint16(20, 1, true); data.setUint16(22, 1, true);
-    data.setUint32(24, this.rate, true); data.setUint32(28, this.rate * 2, true);
-    data.setUint16(32, 2, true); data.setUint16(34, 16, true);
-    text(36, "data"); data.setUint32(40, this.samples * 2, true);
-    let at = 44;
-    for (const chunk of this.chunks) {
-      for (const v of chunk) { data.setInt16(at, Math.max(-1, Math.min(1, v)) * 32767, true); at += 2; }
-    }
-    return new Blob([data], { type: "audio/wav" });
+    return wavBlob(this.chunks, this.rate);
   }
+}
+
+// A mono 16-bit WAV file of float chunks.
+function wavBlob(chunks, rate) {
+  const samples = chunks.reduce((n, c) => n + c.length, 0);
+  const data = new DataView(new ArrayBuffer(44 + samples * 2));
+  const text = (at, s) => [...s].forEach((c, i) => data.setUint8(at + i, c.charCodeAt(0)));
+  text(0, "RIFF"); data.setUint32(4, 36 + samples * 2, true); text(8, "WAVE");
+  text(12, "fmt "); data.setUint32(16, 16, true); data.setUint16(20, 1, true); data.setUint16(22, 1, true);
+  data.setUint32(24, rate, true); data.setUint32(28, rate * 2, true);
+  data.setUint16(32, 2, true); data.setUint16(34, 16, true);
+  text(36, "data"); data.setUint32(40, samples * 2, true);
+  let at = 44;
+  for (const chunk of chunks) {
+    for (const v of chunk) { data.setInt16(at, Math.max(-1, Math.min(1, v)) * 32767, true); at += 2; }
+  }
+  return new Blob([data], { type: "audio/wav" });
 }
 
 // ------------------------------------------------------------------ models, voices, status
@@ -291,6 +297,33 @@ function sendChunk(body, finish = false) {
   return mic.sending;
 }
 
+// The microphone at 16 kHz (the browser resamples it), each block of samples to `onSamples`,
+// its level on `meter`. Returns {stream, context}; stop the stream's tracks and close the context.
+async function openMicrophone(onSamples, meter) {
+  const stream = await navigator.mediaDevices.getUserMedia({
+    audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+  });
+  const context = new AudioContext({ sampleRate: 16000 });
+  const source = context.createMediaStreamSource(stream);
+  const processor = context.createScriptProcessor(4096, 1, 1);
+  processor.onaudioprocess = (e) => {
+    const floats = e.inputBuffer.getChannelData(0);
+    onSamples(new Float32Array(floats));
+    let peak = 0;
+    for (const v of floats) peak = Math.max(peak, Math.abs(v));
+    meter.style.width = `${Math.min(100, peak * 140)}%`;
+  };
+  source.connect(processor);
+  processor.connect(context.destination);
+  return { stream, context };
+}
+
+async function closeMicrophone(opened, meter) {
+  opened.stream?.getTracks().forEach((t) => t.stop());
+  await opened.context?.close();
+  meter.style.width = "0";
+}
+
 async function startMic() {
   setStatus("mic-status", "");
   $("mic-start").disabled = true;
@@ -304,26 +337,11 @@ async function startMic() {
     return setStatus("mic-status", why, "error");
   }
   try {
-    mic.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
-    });
+    Object.assign(mic, await openMicrophone((floats) => mic.pending.push(floatToPcm16(floats)), $("mic-level")));
   } catch (e) {
     $("mic-start").disabled = false;
     return setStatus("mic-status", `No microphone: ${e.message}`, "error");
   }
-  // A 16 kHz context: the browser resamples the microphone to the rate the session expects.
-  mic.context = new AudioContext({ sampleRate: 16000 });
-  const source = mic.context.createMediaStreamSource(mic.stream);
-  const processor = mic.context.createScriptProcessor(4096, 1, 1);
-  processor.onaudioprocess = (e) => {
-    const floats = e.inputBuffer.getChannelData(0);
-    mic.pending.push(floatToPcm16(floats));
-    let peak = 0;
-    for (const v of floats) peak = Math.max(peak, Math.abs(v));
-    $("mic-level").style.width = `${Math.min(100, peak * 140)}%`;
-  };
-  source.connect(processor);
-  processor.connect(mic.context.destination);
   mic.started = performance.now();
   mic.timer = setInterval(() => {
     $("mic-clock").textContent = fmtTime((performance.now() - mic.started) / 1000).replace(/\.\d$/, "");
@@ -336,9 +354,7 @@ async function startMic() {
 async function stopMic() {
   $("mic-stop").disabled = true;
   clearInterval(mic.timer);
-  mic.stream?.getTracks().forEach((t) => t.stop());
-  await mic.context?.close();
-  $("mic-level").style.width = "0";
+  await closeMicrophone(mic, $("mic-level"));
   if (mic.pending.length) sendChunk(takePending());
   setStatus("mic-status", "Finishing…");
   await sendChunk(new Uint8Array(0), true);
@@ -524,6 +540,40 @@ async function askAgent(event) {
   }
 }
 
+// A spoken question: recorded until the button is pressed again, transcribed by the ASR slot
+// (POST /v1/audio/transcriptions), then asked like a typed one.
+const said = { opened: null, chunks: [] };
+
+async function toggleSaying() {
+  if (said.opened) return finishSaying();
+  said.chunks = [];
+  try {
+    said.opened = await openMicrophone((floats) => said.chunks.push(floats), $("agent-level"));
+  } catch (e) {
+    return setStatus("agent-status", `No microphone: ${e.message}`, "error");
+  }
+  $("agent-say").textContent = "■ Done speaking";
+  setStatus("agent-status", "Listening… press again when you are done.");
+}
+
+async function finishSaying() {
+  const opened = said.opened;
+  said.opened = null;
+  $("agent-say").textContent = "🎤 Say it";
+  await closeMicrophone(opened, $("agent-level"));
+  setStatus("agent-status", "Transcribing…");
+  const form = new FormData();
+  form.append("file", wavBlob(said.chunks, 16000), "question.wav");
+  try {
+    const text = (await (await api("v1/audio/transcriptions", { method: "POST", body: form })).json()).text.trim();
+    if (!text) return setStatus("agent-status", "Nothing was heard.", "error");
+    $("agent-input").value = text;
+    $("agent-form").requestSubmit();
+  } catch (e) {
+    setStatus("agent-status", e.message, "error");
+  }
+}
+
 const chat = { abort: null };
 
 async function sendChat(event) {
@@ -597,6 +647,7 @@ function main() {
   $("speech-stop").addEventListener("click", () => { speech.abort?.abort(); speech.player.stop(); });
   $("agent-form").addEventListener("submit", askAgent);
   $("agent-stop").addEventListener("click", () => { agent.abort?.abort(); hushAgent(); });
+  $("agent-say").addEventListener("click", toggleSaying);
   $("agent-reset").addEventListener("click", () => resetLog($("agent-log"), state.agentMessages, "Ask something; the answer is read out as it is written."));
   $("chat-form").addEventListener("submit", sendChat);
   $("chat-stop").addEventListener("click", () => chat.abort?.abort());
