@@ -263,12 +263,14 @@ def test_microphone_transcription_shows_the_spoken_words(page, demo):
         timeout=TIMEOUT_MS,
     )
     page.shoot("mic")
+    # The pause after the sentence finalises it (a segment) before Stop: the whole sentence.
+    p.wait_for_function("() => document.querySelectorAll('#mic-segments li').length > 0", timeout=TIMEOUT_MS)
     p.click("#mic-stop")
     p.locator("#mic-status", has_text="Done.").wait_for(timeout=TIMEOUT_MS)
     heard = p.inner_text("#mic-text")
     page.shoot("mic-done")
-    # The fake microphone loops the file, so where the utterances are cut varies from run to
-    # run: the final text must hold most of the sentence's words (Whisper tiny.en hears "the
-    # quick roundfark stump over the lazy dog").
+    # The fake microphone loops the file, so Stop may cut the next repetition short: the final
+    # text must hold most of the sentence's words (Whisper tiny.en hears "the quick roundfark
+    # stump over the lazy dog").
     spoken = set(words(SENTENCE))
     assert len(spoken & set(words(heard))) >= len(spoken) // 2, heard

@@ -552,14 +552,14 @@ async function toggleSaying() {
   } catch (e) {
     return setStatus("agent-status", `No microphone: ${e.message}`, "error");
   }
-  $("agent-say").textContent = "■ Done speaking";
+  $("agent-say-label").textContent = "Done speaking";
   setStatus("agent-status", "Listening… press again when you are done.");
 }
 
 async function finishSaying() {
   const opened = said.opened;
   said.opened = null;
-  $("agent-say").textContent = "🎤 Say it";
+  $("agent-say-label").textContent = "Say it";
   await closeMicrophone(opened, $("agent-level"));
   setStatus("agent-status", "Transcribing…");
   const form = new FormData();
