@@ -94,6 +94,9 @@ class ASRSlotConfig(SlotModelsConfig):
     max_upload_mb: float = Field(100.0, gt=0, description="Larger audio uploads are a 413")
     max_duration_s: float = Field(3 * 3600.0, gt=0, description="Longer audio is a 400")
     max_chunk_s: float = Field(30.0, gt=1, le=30, description="Longest piece VAD hands the model")
+    vad: Literal["energy", "silero"] = Field(
+        "energy", description="What cuts a file into windows: the energy VAD or Silero (bench --scenarios vad)"
+    )
     files_dir: Optional[str] = Field(None, description="JSON requests may name server files inside this directory only")
     diarization: bool = Field(
         True, description="Speaker diarization (diarize=true, diarized_json, /v1/audio/diarization)"

@@ -100,6 +100,7 @@ class ASRSlot(SlotReplica):
         engine_config = EngineConfig(
             dtype=self.config.dtype,
             max_chunk_s=self.config.max_chunk_s,
+            vad=self.config.vad,
             max_windows_per_pass=max(32, self.config.batching().max_batch_size),
         )
         return await ASREngine.start(model_id, model_dir, engine_config)

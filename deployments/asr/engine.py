@@ -51,6 +51,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto | float16 | float32 (whisper only)
     max_chunk_s: float = 30.0
     max_windows_per_pass: int = 32  # bounds the memory of one forward pass
+    vad: str = "energy"  # energy | silero: what cuts a file into windows (docs/speech-models.md)
 
 
 @dataclass(eq=False)
@@ -168,7 +169,7 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
         return hypothesis.collapse_repeats(result.text.strip())
 
     def _stream_windows(self, job: WindowStreamJob) -> None:
-        chunks = [split_for_decoding(job.audio, self.sample_rate, VADConfig(max_chunk_s=self.config.max_chunk_s))]
+        chunks = [self._split(job.audio)]
         for _, segments, _ in self._windows([job.audio], chunks, job.options, step=1):
             if job.cancelled:
                 return
@@ -212,8 +213,7 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
         mx.eval(model.parameters(), model.encoder._positional_embedding, model.decoder._mask)
 
     def _transcribe(self, audios: list[np.ndarray], options: TranscribeOptions) -> list[Transcript]:
-        vad = VADConfig(max_chunk_s=self.config.max_chunk_s)
-        chunks = [split_for_decoding(a, self.sample_rate, vad) for a in audios]
+        chunks = [self._split(a) for a in audios]
         per_window: list[list[list[Segment]]] = [[] for _ in audios]
         languages = [self._language(options)] * len(audios)
         for i, segments, language in self._windows(audios, chunks, options, self.config.max_windows_per_pass):
@@ -226,6 +226,15 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
             Transcript.join([s for w in windows for s in w], language, len(audio) / self.sample_rate)
             for audio, windows, language in zip(audios, per_window, languages)
         ]
+
+    def _split(self, audio: np.ndarray) -> list[Chunk]:
+        """The windows (at most max_chunk_s, cut at pauses) that cover the speech in `audio`."""
+        if self.config.vad == "silero":
+            from deployments.audio_models.silero_vad import SileroConfig
+            from deployments.audio_models.silero_vad import split_for_decoding as silero_split
+
+            return silero_split(audio, self.sample_rate, SileroConfig(max_chunk_s=self.config.max_chunk_s))
+        return split_for_decoding(audio, self.sample_rate, VADConfig(max_chunk_s=self.config.max_chunk_s))
 
     def _language(self, options: TranscribeOptions) -> Optional[str]:
         """The language to decode in: asked for, else English for English-only Whisper, else

@@ -146,3 +146,22 @@ def test_a_looping_hypothesis_keeps_one_copy():
     assert collapse_repeats("The quick. The quick. The quick. The quick") == "The quick."
     assert collapse_repeats("no no, not that one") == "no no, not that one"  # one word twice is speech
     assert collapse_repeats("") == ""
+
+
+async def test_silero_can_cut_the_windows(cache_dir, utterances):
+    from deployments.asr.tiny_model import ensure_tiny_whisper
+
+    energy = await ASREngine.start("tiny", ensure_tiny_whisper(cache_dir), EngineConfig())
+    silero = await ASREngine.start("tiny", ensure_tiny_whisper(cache_dir), EngineConfig(vad="silero"))
+    try:
+        audio = utterances[1]  # two sentences and a 1.5 s pause
+        for engine in (energy, silero):
+            chunks = engine._split(audio)
+            assert chunks and all(0 <= c.start < c.end <= len(audio) for c in chunks)
+        speech = [(c.start, c.end) for c in silero._split(np.concatenate([silence(2.0), audio]))]
+        assert speech[0][0] > 1.5 * 16000  # the leading silence is not speech
+        (t,) = await silero.transcribe([audio], TranscribeOptions())
+        assert t.duration == pytest.approx(len(audio) / 16000, abs=1e-3)
+    finally:
+        energy.shutdown()
+        silero.shutdown()
