@@ -17,32 +17,14 @@ import numpy as np
 from bench.report import table
 
 RATE = 16000
-SENTENCES = (
-    "Please schedule the meeting for Tuesday afternoon.",
-    "The weather today is cold and windy.",
-    "We need more coffee in the kitchen.",
-    "The train leaves the station at noon.",
-    "My brother plays the guitar every evening.",
-    "Read the report before the next call.",
-    "The garden is full of yellow flowers.",
-    "Send the invoice to the finance team.",
-)
 VADS = ("energy", "silero")
 
 
 def recording(seconds: float) -> tuple[np.ndarray, str]:
-    from tests.speech import silence, speak
+    from tests.speech import long_recording
 
-    spoken = {s: speak(s) for s in SENTENCES}
-    pieces, said, t, k = [], [], 0.0, 0
-    while t < seconds:
-        text = SENTENCES[k % len(SENTENCES)]
-        gap = silence(0.6 + 0.5 * (k % 3))
-        pieces += [spoken[text], gap]
-        said.append(text)
-        t += (len(spoken[text]) + len(gap)) / RATE
-        k += 1
-    return np.concatenate(pieces).astype(np.float32), " ".join(said)
+    audio, spans = long_recording(seconds)
+    return audio.astype(np.float32), " ".join(text for text, _, _ in spans)
 
 
 def noisy(audio: np.ndarray, snr_db: float, hum: bool, seed: int = 0) -> np.ndarray:

@@ -54,3 +54,30 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
         for j, h in enumerate(hyp, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
     return row[-1] / max(1, len(ref))
+
+
+LONG_SENTENCES = (
+    "Please schedule the meeting for Tuesday afternoon.",
+    "The weather today is cold and windy.",
+    "We need more coffee in the kitchen.",
+    "The train leaves the station at noon.",
+    "My brother plays the guitar every evening.",
+    "Read the report before the next call.",
+    "The garden is full of yellow flowers.",
+    "Send the invoice to the finance team.",
+)
+
+
+def long_recording(seconds: float, rate: int = 16000) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
+    """LONG_SENTENCES in turn, with pauses of 0.6-1.6 s, for at least `seconds`: the audio and
+    each sentence's (text, start s, end s). The ASR tests' and bench's long recording."""
+    spoken = {text: speak(text, rate) for text in LONG_SENTENCES}
+    pieces, spans, t, k = [], [], 0.0, 0
+    while t < seconds:
+        text = LONG_SENTENCES[k % len(LONG_SENTENCES)]
+        gap = silence(0.6 + 0.5 * (k % 3), rate)
+        pieces += [spoken[text], gap]
+        spans.append((text, t, t + len(spoken[text]) / rate))
+        t += (len(spoken[text]) + len(gap)) / rate
+        k += 1
+    return np.concatenate(pieces), spans

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.assertions import assert_openai_error
-from tests.speech import encode, silence, speak, word_error_rate, words
+from tests.speech import encode, long_recording, silence, speak, word_error_rate, words
 
 REAL = "whisper-tiny.en"  # the shipped default ASR model
 TINY = "ominix-tiny-whisper"  # random weights: code paths only
@@ -206,26 +206,7 @@ async def test_16_concurrent_requests_batch_and_match_while_a_chat_streams(aclie
 def test_five_minute_recording_keeps_every_sentence_at_the_right_time(http):
     """5 minutes of speech with pauses, real model: VAD windows <= 30 s, segment times map to
     the input's time line, no sentence dropped or repeated (a word error rate bound)."""
-    sentences = [
-        "Please schedule the meeting for Tuesday afternoon.",
-        "The weather today is cold and windy.",
-        "We need more coffee in the kitchen.",
-        "The train leaves the station at noon.",
-        "My brother plays the guitar every evening.",
-        "Read the report before the next call.",
-        "The garden is full of yellow flowers.",
-        "Send the invoice to the finance team.",
-    ]
-    spoken = {s: speak(s) for s in sentences}
-    pieces, spans, t, k = [], [], 0.0, 0
-    while t < 300.0:
-        text = sentences[k % len(sentences)]
-        gap = silence(0.6 + 0.5 * (k % 3))
-        pieces += [spoken[text], gap]
-        spans.append((text, t, t + len(spoken[text]) / RATE))
-        t += (len(spoken[text]) + len(gap)) / RATE
-        k += 1
-    audio = np.concatenate(pieces)
+    audio, spans = long_recording(300.0)
     started = time.monotonic()
     r = http.post(
         "/v1/audio/transcriptions",
