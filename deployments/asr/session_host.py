@@ -6,11 +6,11 @@ that names another replica reached this one only because that replica is gone: t
 lost (410), never silently restarted. A sid naming this replica that is not in the table ended,
 was reclaimed or never existed (404).
 
-Pauses are found with the Silero VAD MLX port (deployments/audio_models/silero_vad.py): its
-`feed()` carries its LSTM state from chunk to chunk and costs milliseconds per chunk, and unlike
-the energy VAD of whole files (relative to the loudest frame of the file, which a stream does
-not know yet) it needs no look-ahead. It runs on its own single thread, never on the asyncio
-loop and never queued behind Whisper on the engine thread.
+Pauses are found with Silero VAD (deployments/audio_models/silero_vad.py): its `feed()`
+carries its LSTM state from chunk to chunk and costs milliseconds per chunk, and unlike the
+energy VAD of whole files (relative to the loudest frame of the file, which a stream does not
+know yet) it needs no look-ahead. It runs on its own single thread, in numpy, so it never waits
+on the asyncio loop nor behind Whisper in MLX's one CPU op queue.
 
 Finals go through `decode(engine, options, samples)`: the same batched path as POST
 /v1/audio/transcriptions, so a finalised utterance reads exactly as that utterance sent as a
