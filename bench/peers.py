@@ -4,7 +4,8 @@ comparison is between servers, not BLAS libraries.
 
 - `mlx_lm_server(model_dir, tokens, log)`: `python -m mlx_lm server` (bench/llm.py, prefix.py);
 - `mlx_audio_server(log)`: `python -m mlx_audio.server` (bench/asr_stream.py: its realtime
-  transcription WebSocket).
+  transcription WebSocket; bench/mixed.py: its transcription and speech routes), through
+  bench/mlx_audio_cpu.py where MLX has no GPU backend.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 from bench.cluster import free_port, wait_ready
 from deployments import blas
@@ -20,7 +22,7 @@ from deployments import blas
 class PeerServer:
     """A server subprocess; `await wait_ready()` polls `ready_path` until it answers 200."""
 
-    def __init__(self, name: str, args: list[str], log: Path, ready_path: str):
+    def __init__(self, name: str, args: list[str], log: Path, ready_path: str, env: Optional[dict] = None):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -28,7 +30,7 @@ class PeerServer:
         self.log = open(log, "wb")
         cmd = [sys.executable, "-m", *args, "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=blas.subprocess_env(blas.select())
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**blas.subprocess_env(blas.select()), **(env or {})}
         )
 
     async def wait_ready(self, timeout_s: float = 120) -> None:
@@ -52,5 +54,6 @@ def mlx_lm_server(model_dir: Path, tokens: int, log: Path) -> PeerServer:
     return PeerServer("mlx_lm.server", [*args, "--log-level", "WARNING"], log, "/v1/models")
 
 
-def mlx_audio_server(log: Path) -> PeerServer:
-    return PeerServer("mlx_audio.server", ["mlx_audio.server"], log, "/v1/models")
+def mlx_audio_server(log: Path, cache_dir: Optional[Path] = None) -> PeerServer:
+    env = {"OMINIX_CACHE_DIR": str(cache_dir)} if cache_dir else None  # where Kokoro's G2P alias is
+    return PeerServer("mlx_audio.server", ["bench.mlx_audio_cpu"], log, "/v1/models", env)
