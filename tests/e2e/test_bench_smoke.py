@@ -26,7 +26,7 @@ def smoke_results(tmp_path_factory, cache_dir):
             "bench",
             "--smoke",
             "--scenarios",
-            "llm,asr,tts,memory,prefix,footprint,burst,coldstart,agent",
+            "llm,asr,tts,memory,prefix,footprint,burst,coldstart,agent,mixed",
             "--out",
             str(out),
             "--cache-dir",
@@ -35,7 +35,7 @@ def smoke_results(tmp_path_factory, cache_dir):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1500,
     )
     print(proc.stdout[-6000:])
     assert proc.returncode == 0, f"bench --smoke failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -44,7 +44,18 @@ def smoke_results(tmp_path_factory, cache_dir):
 
 def test_every_scenario_wrote_results_with_the_machine(smoke_results):
     results, out = smoke_results
-    assert set(results) == {"llm", "asr", "tts", "memory", "prefix", "footprint", "burst", "coldstart", "agent"}
+    assert set(results) == {
+        "llm",
+        "asr",
+        "tts",
+        "memory",
+        "prefix",
+        "footprint",
+        "burst",
+        "coldstart",
+        "agent",
+        "mixed",
+    }
     for result in results.values():
         machine = result["machine"]
         assert machine["cores"] >= 1 and machine["versions"]["mlx-lm"] and machine["versions"]["ray"]
@@ -124,3 +135,16 @@ def test_the_agent_is_timed_pipelined_and_sequential_on_the_same_answer(smoke_re
     assert agent["same_answer"] and not agent["failed"]
     for way in ("pipelined", "sequential"):
         assert agent["results"][way]["ttfa_p50_ms"] > 0 and agent["results"][way]["audio_s_mean"] > 0
+
+
+def test_mixed_load_times_chat_alone_and_beside_the_other_modalities(smoke_results):
+    mixed = smoke_results[0]["mixed"]
+    assert set(mixed["results"]) == {"graph", "separate_servers"}
+    # Every background kind answered its warm-up request on both systems (mlx_audio.server's
+    # transcription and speech routes included: bench/mlx_audio_cpu.py), with no error after.
+    assert mixed["unavailable"] == {"graph": {}, "separate_servers": {}} and not mixed["failed"]
+    for r in mixed["results"].values():
+        for load in ("alone", "mixed"):
+            assert r[load]["requests"] > 0 and r[load]["ttft_p50_ms"] > 0 and r[load]["itl_p50_ms"] > 0
+        assert set(r["mixed"]["background_completed"]) >= {"asr", "tts"}
+    assert set(mixed["results"]["graph"]["mixed"]["background_completed"]) == {"asr", "tts", "image"}
