@@ -4,11 +4,15 @@ comparison is between servers, not BLAS libraries.
 
 - `mlx_lm_server(model_dir, tokens, log)`: `python -m mlx_lm server` (bench/llm.py, prefix.py);
 - `mlx_audio_server(log)`: `python -m mlx_audio.server` (bench/asr_stream.py: its realtime
-  transcription WebSocket).
+  transcription WebSocket);
+- `faster_whisper_server(model_dir, threads, log)`: bench/fw_server.py, faster-whisper's
+  `WhisperModel` behind a small HTTP server (bench/asr_peers.py). CTranslate2 brings its own
+  GEMM (oneDNN/MKL), so nothing is preloaded there.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,16 +24,15 @@ from deployments import blas
 class PeerServer:
     """A server subprocess; `await wait_ready()` polls `ready_path` until it answers 200."""
 
-    def __init__(self, name: str, args: list[str], log: Path, ready_path: str):
+    def __init__(self, name: str, args: list[str], log: Path, ready_path: str, env: dict | None = None):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready_path = ready_path
         self.log = open(log, "wb")
         cmd = [sys.executable, "-m", *args, "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=blas.subprocess_env(blas.select())
-        )
+        env = env if env is not None else blas.subprocess_env(blas.select())
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     async def wait_ready(self, timeout_s: float = 120) -> None:
         await wait_ready(self.url, timeout_s, self.ready_path, alive=self._alive)
@@ -54,3 +57,11 @@ def mlx_lm_server(model_dir: Path, tokens: int, log: Path) -> PeerServer:
 
 def mlx_audio_server(log: Path) -> PeerServer:
     return PeerServer("mlx_audio.server", ["mlx_audio.server"], log, "/v1/models")
+
+
+def faster_whisper_server(model_dir: Path, threads: int, log: Path) -> PeerServer:
+    root = str(Path(__file__).resolve().parents[1])  # bench.fw_server importable from any cwd
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
+    args = ["bench.fw_server", "--model", str(model_dir), "--threads", str(threads)]
+    return PeerServer("faster-whisper", args, log, "/v1/models", env=env)

@@ -191,6 +191,9 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
         self._model = load_model(self.model_dir)
         self.sample_rate = int(getattr(self._model, "sample_rate", 16000) or 16000)
         if self.is_whisper:
+            from deployments.asr.whisper_tokenizer import memoize_tokenizers
+
+            memoize_tokenizers(self._model)
             self.multilingual = bool(self._model.is_multilingual)
             self._set_whisper_dtype(self.config.dtype)
         logger.info(
