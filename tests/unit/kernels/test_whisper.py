@@ -73,6 +73,15 @@ def test_logits_row_matches_mlx(small_threshold):
     assert mx.array_equal(emb.as_linear(batch), plain.as_linear(batch))  # several rows: MLX's GEMM
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_row_projection_matches_mlx(small_threshold, bias):
+    fast, plain = kernels.Linear(24, 40, bias=bias), nn.Linear(24, 40, bias=bias)
+    plain.update(fast.parameters())
+    one, rows = mx.random.normal((1, 1, 24)), mx.random.normal((3, 2, 24))
+    _close(fast(one), plain(one))
+    assert mx.array_equal(fast(rows), plain(rows))  # several rows: MLX's GEMM
+
+
 def _attention_module(seed):
     from mlx_audio.stt.models.whisper.whisper import MultiHeadAttention
 
