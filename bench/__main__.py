@@ -25,7 +25,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # transcription sessions (chunk round trip, end of speech to final); embeddings batched vs one at
 # a time vs in process; the voice agent's time to first audio, pipelined vs sequential; which VAD
 # cuts long files into windows best (WER, clean and noisy), in process; chat latency alone and
-# beside ASR, TTS and image work, the graph against one server per modality.
+# beside ASR, TTS and image work, the graph against one server per modality; ASR against
+# faster-whisper at 1/4/16 clients with the in-process CPU time and per-op profile of one request.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -40,6 +41,7 @@ EXTRA_SCENARIOS = (
     "agent",
     "vad",
     "mixed",
+    "asr_peers",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

@@ -6,10 +6,14 @@ comparison is between servers, not BLAS libraries.
 - `mlx_audio_server(log)`: `python -m mlx_audio.server` (bench/asr_stream.py: its realtime
   transcription WebSocket; bench/mixed.py: its transcription and speech routes), through
   bench/mlx_audio_cpu.py where MLX has no GPU backend.
+- `faster_whisper_server(model_dir, threads, log)`: bench/fw_server.py, faster-whisper's
+  `WhisperModel` behind a small HTTP server (bench/asr_peers.py). CTranslate2 brings its own
+  GEMM (oneDNN/MKL), so nothing is preloaded there.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,9 +33,8 @@ class PeerServer:
         self.ready_path = ready_path
         self.log = open(log, "wb")
         cmd = [sys.executable, "-m", *args, "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**blas.subprocess_env(blas.select()), **(env or {})}
-        )
+        env = env if env is not None else blas.subprocess_env(blas.select())
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     async def wait_ready(self, timeout_s: float = 120) -> None:
         await wait_ready(self.url, timeout_s, self.ready_path, alive=self._alive)
@@ -55,5 +58,15 @@ def mlx_lm_server(model_dir: Path, tokens: int, log: Path) -> PeerServer:
 
 
 def mlx_audio_server(log: Path, cache_dir: Optional[Path] = None) -> PeerServer:
-    env = {"OMINIX_CACHE_DIR": str(cache_dir)} if cache_dir else None  # where Kokoro's G2P alias is
+    env = blas.subprocess_env(blas.select())
+    if cache_dir:
+        env["OMINIX_CACHE_DIR"] = str(cache_dir)  # where Kokoro's G2P alias is
     return PeerServer("mlx_audio.server", ["bench.mlx_audio_cpu"], log, "/v1/models", env)
+
+
+def faster_whisper_server(model_dir: Path, threads: int, log: Path) -> PeerServer:
+    root = str(Path(__file__).resolve().parents[1])  # bench.fw_server importable from any cwd
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
+    args = ["bench.fw_server", "--model", str(model_dir), "--threads", str(threads)]
+    return PeerServer("faster-whisper", args, log, "/v1/models", env=env)

@@ -91,6 +91,10 @@ class ASRSlotConfig(SlotModelsConfig):
     dtype: Literal["auto", "float16", "float32"] = Field(
         "auto", description="auto: float16 on Metal, float32 on CPU (faster there)"
     )
+    cpu_kernels: bool = Field(
+        True,
+        description="Whisper on MLX's CPU backend: attention, GELU and logits through numpy (deployments/kernels/whisper.py); false: MLX's own ops",
+    )
     max_upload_mb: float = Field(100.0, gt=0, description="Larger audio uploads are a 413")
     max_duration_s: float = Field(3 * 3600.0, gt=0, description="Longer audio is a 400")
     max_chunk_s: float = Field(30.0, gt=1, le=30, description="Longest piece VAD hands the model")

@@ -101,6 +101,7 @@ class ASRSlot(SlotReplica):
             dtype=self.config.dtype,
             max_chunk_s=self.config.max_chunk_s,
             vad=self.config.vad,
+            cpu_kernels=self.config.cpu_kernels,
             max_windows_per_pass=max(32, self.config.batching().max_batch_size),
         )
         return await ASREngine.start(model_id, model_dir, engine_config)

@@ -52,6 +52,7 @@ class EngineConfig:
     max_chunk_s: float = 30.0
     max_windows_per_pass: int = 32  # bounds the memory of one forward pass
     vad: str = "energy"  # energy | silero: what cuts a file into windows (docs/speech-models.md)
+    cpu_kernels: bool = True  # whisper on MLX's CPU backend: numpy attention/GELU (deployments/kernels)
 
 
 @dataclass(eq=False)
@@ -180,9 +181,19 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
 
         t0 = time.perf_counter()
         self.model_type = json.loads((self.model_dir / "config.json").read_text()).get("model_type")
+        if self.is_whisper:
+            from deployments.kernels import whisper as whisper_kernels
+
+            # Before the model is built: its token embedding is the kernels' class when installed.
+            whisper_kernels.set_enabled(self.config.cpu_kernels)
+            if self.config.cpu_kernels:
+                whisper_kernels.install()
         self._model = load_model(self.model_dir)
         self.sample_rate = int(getattr(self._model, "sample_rate", 16000) or 16000)
         if self.is_whisper:
+            from deployments.asr.whisper_tokenizer import memoize_tokenizers
+
+            memoize_tokenizers(self._model)
             self.multilingual = bool(self._model.is_multilingual)
             self._set_whisper_dtype(self.config.dtype)
         logger.info(

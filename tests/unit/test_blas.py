@@ -112,3 +112,24 @@ def test_a_child_process_gets_the_same_library_preloaded():
     assert blas.subprocess_env(choice)["LD_PRELOAD"].split()[0] == "/usr/lib/libopenblas.so.0"
     unchanged = blas.subprocess_env(blas.BlasChoice(blas.REFERENCE, "test"))
     assert unchanged.get("LD_PRELOAD") == os.environ.get("LD_PRELOAD")
+
+
+def test_openblas_kernels_follow_the_cpus_instruction_sets(tmp_path):
+    """OpenBLAS 0.3.21 calls this project's AVX-512 Xeon "Prescott" (SSE3 kernels, ~4.7x slower
+    products): the kernel family is chosen from /proc/cpuinfo's flags instead."""
+    avx512 = "fpu sse2 avx avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl"
+    assert blas.coretype(frozenset(avx512.split())) == "SkylakeX"
+    assert blas.coretype(frozenset("sse2 avx avx2 fma avx512f".split())) == "Haswell"  # partial AVX-512
+    assert blas.coretype(frozenset("sse2 sse3 avx".split())) is None  # OpenBLAS's own detection
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {avx512}\n\nprocessor\t: 1\nflags\t\t: sse2\n")
+    assert blas.cpu_flags(str(info)) == frozenset(avx512.split())
+    assert blas.cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_coretype_set_before_openblas_loads_unless_given(openblas):
+    core = blas.coretype(blas.cpu_flags())
+    if core is None:
+        pytest.skip("this CPU has neither AVX2+FMA nor AVX-512")
+    assert _probe({}, unset=("OPENBLAS_CORETYPE",))["core"] == core
+    assert _probe({"OPENBLAS_CORETYPE": "Haswell"})["core"] == "Haswell"  # an explicit setting wins
