@@ -1,25 +1,28 @@
 """Speech bursts. First a sustained burst against the session graph's own TTS deployment:
 serve_config.yaml as shipped, on the CPUs and memory Ray detects (tests/e2e/conftest.py), driven
-the way a user drives it (POST /v1/audio/speech over HTTP). 16 clients send back to back for
-60 s; the shipped resource model (docs/resources.md) must let the TTS slot run a second replica
-on the 2-core machine, every request is answered with the full audio, chat is answered during
-the burst, the last 20 s complete more requests per second than one replica did before the
-scale-up (MIN_SPEEDUP), and the slot comes back down to its minimum after serve_config.yaml's
-downscale delay.
+the way a user drives it: 16 clients POST /v1/audio/speech back to back for 60 s with no
+`model` and no `voice`, so the shipped default speaks (Kokoro-82M, `af_heart`). The shipped
+resource model (docs/resources.md) must let the TTS slot run a second replica on the 2-core
+machine; every request is answered with the whole audio, and it is speech (the ASR slot
+transcribes one answer back); chat is answered during the burst; the issue's own measure holds:
+the last 20 s complete at least MIN_GAIN times the requests of the first 20 s; and the slot
+comes back down to its minimum after serve_config.yaml's downscale delay.
 
-The model is named in every request: the burst measures scaling on the built-in tiny model.
-The slot's shipped default, Kokoro-82M, synthesizes at about real time on 2 cores, so a burst
-of it would measure Kokoro, not the scaling (docs/resources.md); the replicas that scale up
-still load Kokoro, the default, when they start, under the slot's shipped memory reservation.
+Kokoro is the model to burst because it is what a user's burst runs: a synthesis takes a core
+for about as long as the speech lasts, so a second replica on the second core doubles what the
+slot completes. (With the random-weight tiny model a synthesis takes ~5 ms, the proxy, the
+ingress and the test's 16 clients take the cores instead, and the measure said more about
+them than about the replicas: 1.18x-1.5x.)
 
-Then a small app of its own (`tts-burst`, under /burst: one TTS replica, a 1.5 s WebSocket idle
-timeout) for what needs a known single replica or short timeouts: a client hanging up stops
-its synthesis; an idle WebSocket session is closed.
+Then a small app of its own (`tts-burst`, under /burst: one TTS replica on the tiny model, a
+1.5 s WebSocket idle timeout) for what needs a known single replica or short timeouts: a client
+hanging up stops its synthesis; an idle WebSocket session is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 
@@ -28,18 +31,17 @@ import pytest
 import websockets
 
 from deployments.tts.tiny_model import TINY_TTS_ID
+from tests.speech import word_error_rate
 
 pytestmark = pytest.mark.slow
 
 CLIENTS = 16
 BURST_S = 60.0
-WINDOW_S = 20.0  # the completion rate of the last window vs the first
-# The gain asserted over the one-replica rate. The issue asks 1.3x; on the 2-core CI machine the
-# tiny model synthesises in ~5 ms, so the proxy, the ingress and the test's own clients share the
-# two cores with the replicas and CPU, not the TTS slot, caps the gain: CI measured 1.18x-1.5x.
-# 1.1x still fails when a second replica adds nothing; bench/ (burst) measures the real gain.
-MIN_SPEEDUP = 1.1
-TEXT = "The quick brown fox jumps over the lazy dog. A small model speaks this sentence for the test."
+WINDOW_S = 20.0  # the completion rate of the last window vs the first (the issue's measure)
+# The issue's bar. On the 2-core machine the second core roughly doubles Kokoro's throughput
+# once a second replica runs (~20 s in: Serve's 10 s load report, then the replica loads Kokoro).
+MIN_GAIN = 1.3
+TEXT = "Hello there, how are you today?"
 CHAT_EVERY_S = 3.0
 
 
@@ -49,13 +51,13 @@ def tts_replica_states() -> dict:
     return dict(serve.status().applications["ominix"].deployments["TTS"].replica_states)
 
 
-async def speak_back_to_back(http: httpx.AsyncClient, stop_at: float, done: list, sizes: set) -> None:
+async def speak_back_to_back(http: httpx.AsyncClient, stop_at: float, done: list, answers: dict) -> None:
     """One client: a request, its whole response, the next request, until the burst ends."""
-    body = {"model": TINY_TTS_ID, "input": TEXT, "response_format": "pcm"}
+    body = {"input": TEXT, "response_format": "wav"}  # no model, no voice: the shipped default
     while time.monotonic() < stop_at:
         r = await http.post("/v1/audio/speech", json=body)
         assert r.status_code == 200, r.text
-        sizes.add(len(r.content))
+        answers.setdefault(len(r.content), r.content)
         done.append(time.monotonic())
 
 
@@ -84,8 +86,11 @@ async def watch_replicas(stop: asyncio.Event, timeline: list, t0: float) -> None
 
 
 async def test_sustained_burst_scales_the_shipped_tts_slot(server):
+    # The burst starts where a user's does, on one replica: earlier tests of the session may
+    # have scaled the slot up, and a burst that starts on three replicas measures no scaling.
+    await back_to_minimum("the earlier tests")
     done: list[float] = []
-    sizes: set[int] = set()
+    answers: dict[int, bytes] = {}
     chats: list[float] = []
     timeline: list = []
     stop = asyncio.Event()
@@ -97,39 +102,41 @@ async def test_sustained_burst_scales_the_shipped_tts_slot(server):
         try:
             await asyncio.gather(
                 chat_meanwhile(http, stop_at, chats),
-                *(speak_back_to_back(http, stop_at, done, sizes) for _ in range(CLIENTS)),
+                *(speak_back_to_back(http, stop_at, done, answers) for _ in range(CLIENTS)),
             )
         finally:
             stop.set()
             await watcher
+        heard = await transcribe(http, next(iter(answers.values())))
     first = sum(1 for t in done if t - t0 < WINDOW_S)
     last = sum(1 for t in done if BURST_S - WINDOW_S <= t - t0 < BURST_S)
     peak = max(states.get("RUNNING", 0) for _, states in timeline)
     print(
-        f"{len(done)} requests; first {WINDOW_S:.0f} s: {first}, last {WINDOW_S:.0f} s: {last}; "
-        f"peak {peak} RUNNING TTS replicas; chat latencies {[round(c, 2) for c in chats]}"
+        f"{len(done)} requests; first {WINDOW_S:.0f} s: {first}, last {WINDOW_S:.0f} s: {last} "
+        f"({last / max(first, 1):.2f}x); peak {peak} RUNNING TTS replicas; heard {heard!r}; "
+        f"chat latencies {[round(c, 2) for c in chats]}"
     )
     print("replica timeline:", [(t, s) for i, (t, s) in enumerate(timeline) if i == 0 or s != timeline[i - 1][1]])
 
     assert peak >= 2, f"the TTS slot never ran a second replica: {timeline[-1]}"
-    assert len(sizes) == 1 and sizes.pop() > 0  # every answer is the whole (deterministic) audio
+    # Every answer is the whole audio: Kokoro's durations are deterministic, so one length.
+    assert len(answers) == 1, sorted(answers)
+    assert word_error_rate(TEXT, heard) <= 0.2, heard  # and it is the sentence, spoken
     assert len(chats) >= BURST_S / (2 * CHAT_EVERY_S)  # chat kept answering through the burst
-    # The extra replicas must add throughput: the last 20 s against the rate while one replica
-    # served. (The issue's "last 20 s vs first 20 s" is printed above; it is not asserted
-    # because it punishes a fast scale-up: with a second replica RUNNING t s in, it can be at
-    # most 20/(20-t), and Serve's 10 s load report lands anywhere in the burst. CI saw 1.18x
-    # with 3 replicas RUNNING at 11.6 s.)
-    scaled_at = next(t for t, states in timeline if states.get("RUNNING", 0) >= 2)
-    alone = sum(1 for t in done if t - t0 < scaled_at)
-    assert alone > 0, f"nothing finished before the scale-up at {scaled_at} s"
-    one_replica_rate, last_rate = alone / scaled_at, last / WINDOW_S
-    print(f"one replica: {one_replica_rate:.1f}/s for {scaled_at} s; last {WINDOW_S:.0f} s: {last_rate:.1f}/s")
-    assert last_rate >= MIN_SPEEDUP * one_replica_rate, (one_replica_rate, last_rate)
+    assert first > 0, "nothing finished in the first window"
+    assert last >= MIN_GAIN * first, (first, last)
     await back_to_minimum()
 
 
-async def back_to_minimum() -> None:
-    """The slot returns to min_replicas once the burst is over (downscale_delay_s, then stopping)."""
+async def transcribe(http: httpx.AsyncClient, wav: bytes) -> str:
+    """What the ASR slot hears in one of the burst's answers."""
+    r = await http.post("/v1/audio/transcriptions", files={"file": ("burst.wav", io.BytesIO(wav))})
+    assert r.status_code == 200, r.text
+    return r.json()["text"]
+
+
+async def back_to_minimum(after: str = "the burst") -> None:
+    """The slot is at min_replicas once its load is over (downscale_delay_s, then stopping)."""
     from bench.shipped import shipped_app
 
     scaling = shipped_app()[1]["TTS"]["autoscaling_config"]
@@ -137,7 +144,7 @@ async def back_to_minimum() -> None:
     while tts_replica_states() != {"RUNNING": scaling["min_replicas"]} and time.monotonic() < deadline:
         await asyncio.sleep(2)
     assert tts_replica_states() == {"RUNNING": scaling["min_replicas"]}
-    print(f"back to {scaling['min_replicas']} replica(s) {time.monotonic() - t_end:.0f} s after the burst")
+    print(f"at {scaling['min_replicas']} replica(s) {time.monotonic() - t_end:.0f} s after {after}")
 
 
 # The small app of its own.
