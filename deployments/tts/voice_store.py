@@ -196,8 +196,15 @@ class VoiceMirror:
             return {"store": None, "version": -1, "names": [], "files": []}
 
     def is_current(self, snapshot: dict[str, Any]) -> bool:
-        manifest = self.manifest()
-        return manifest["store"] == snapshot["store"] and manifest["version"] >= snapshot["version"]
+        """This directory has the snapshot's version, and the registry file still names every
+        voice of it: a file an operator or a restore replaced is mirrored again."""
+        return self._is_current(self.manifest(), snapshot)
+
+    def _is_current(self, manifest: dict[str, Any], snapshot: dict[str, Any]) -> bool:
+        if manifest["store"] != snapshot["store"] or manifest["version"] < snapshot["version"]:
+            return False
+        data = self.registry.data()
+        return all(data.find(name) is not None for name in snapshot["voices"])
 
     def missing(self, snapshot: dict[str, Any]) -> list[str]:
         """The snapshot's file keys this node does not have yet."""
@@ -208,7 +215,7 @@ class VoiceMirror:
         bytes. False when the directory already had that version (another replica applied it)."""
         with self._locked():
             old = self.manifest()
-            if old["store"] == snapshot["store"] and old["version"] >= snapshot["version"]:
+            if self._is_current(old, snapshot):
                 return False
             for key, data in files.items():
                 if not KEY_PATTERN.match(key):

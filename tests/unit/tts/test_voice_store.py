@@ -195,3 +195,12 @@ def test_unreferenced_files_are_collected_after_their_time_to_live(tmp_path):
     store.gc()
     assert not (store.files_dir / keys["staged.wav"]).exists()
     assert (store.files_dir / keys["kept.wav"]).exists()
+
+
+def test_a_registry_file_replaced_without_the_cluster_voices_gets_them_back(store, nodes):
+    a, _ = nodes
+    register(store, "anna", b"one")
+    a.sync()
+    a.registry.path.write_text('{"voices": {}}')  # an operator restores an old voices.json
+    assert a.sync()  # same version, but the file lost anna: mirrored again
+    assert resolve_voice("anna", a.registry.data(), []).ref_audio.read_bytes() == b"one"
