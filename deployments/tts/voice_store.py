@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import re
 import time
 import uuid
@@ -39,6 +40,8 @@ from deployments.tts.voices import (
     atomic_write,
     check_voice_name,
 )
+
+logger = logging.getLogger("ray.serve")
 
 # A reference clip is at most 60 s (audio/reference.py): 2.9 MB as the 16-bit wav the TTS slot
 # stores; a conditioning tensor is of the same order. Anything larger is not a voice.
@@ -80,10 +83,20 @@ class VoiceStore:
         self.version = 0
         self.data = RegistryData(models_base_path="")
         if self.index.exists():
-            raw = json.loads(self.index.read_text(encoding="utf-8"))
-            self.store_id, self.version = raw["store"], int(raw["version"])
-            self.data = RegistryData.parse(json.dumps({"voices": raw.get("voices", {})}))
+            self._restore()
         self.gc()
+
+    def _restore(self) -> None:
+        try:
+            raw = json.loads(self.index.read_text(encoding="utf-8"))
+            data = RegistryData.parse(json.dumps({"voices": raw.get("voices", {})}))
+            self.store_id, self.version, self.data = str(raw["store"]), int(raw["version"]), data
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            # Control must start whatever the disk holds: the graph depends on it. A new store
+            # (new id) it is; nodes keep the voices they mirrored as plain local entries.
+            aside = self.index.with_name(f"registry.json.unreadable-{int(self.clock())}")
+            self.index.replace(aside)
+            logger.error("Voice store %s is unreadable (%s): moved to %s, starting empty", self.index, e, aside)
 
     def snapshot(self) -> dict[str, Any]:
         """What a mirror needs: the store's identity, its version, every voice (file fields are keys)."""

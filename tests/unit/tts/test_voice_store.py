@@ -204,3 +204,13 @@ def test_a_registry_file_replaced_without_the_cluster_voices_gets_them_back(stor
     a.registry.path.write_text('{"voices": {}}')  # an operator restores an old voices.json
     assert a.sync()  # same version, but the file lost anna: mirrored again
     assert resolve_voice("anna", a.registry.data(), []).ref_audio.read_bytes() == b"one"
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"voices": {}}', '{"store": "x", "version": 1, "voices": 3}'])
+def test_an_unreadable_store_is_set_aside_and_control_starts_empty(tmp_path, content):
+    root = tmp_path / "voices"
+    root.mkdir()
+    (root / "registry.json").write_text(content)
+    store = VoiceStore(root)  # no exception: Control starts
+    assert store.snapshot()["voices"] == {} and store.version == 0
+    assert [p.read_text() for p in root.glob("registry.json.unreadable-*")] == [content]
