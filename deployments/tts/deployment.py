@@ -130,25 +130,24 @@ class TTSSlot(SlotReplica):
             raise APIError(e["status"], e["message"], "invalid_request_error", e["param"], e["code"])
         return result
 
-    async def _store_voice(self, name: str, entry: VoiceEntry, files: dict[str, bytes]) -> None:
-        """Register a voice whose file fields name entries of `files`: in the cluster's registry
-        (then mirrored here at once, so this replica's next request already sees it), or, with
-        no control plane, in the registry file and the voices/ directory beside it."""
+    async def _store_files(self, files: dict[str, bytes]) -> dict[str, str]:
+        """A voice's files stored where every replica that may get its registration can read
+        them; {file name: what the registry entry names it by}: a key of the cluster's
+        registry, or, with no control plane, a path in the voices/ directory beside the file."""
+        if self.cluster is not None:
+            return (await self._cluster_call("add_voice_files", files))["keys"]
+        for file_name, data in files.items():
+            await asyncio.to_thread(atomic_write, self.mirror.dir / file_name, data)
+        return {file_name: str(self.mirror.dir / file_name) for file_name in files}
+
+    async def _register(self, name: str, entry: VoiceEntry) -> None:
+        """Add or replace a voice: in the cluster's registry, then mirrored here at once (this
+        replica's next request already sees it), or in the registry file."""
         self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
-        if self.cluster is None:
-            for field in ("ref_audio", "conditioning"):
-                if getattr(entry, field):
-                    path = self.mirror.dir / getattr(entry, field)
-                    await asyncio.to_thread(atomic_write, path, files[getattr(entry, field)])
-                    setattr(entry, field, str(path))
+        if self.cluster is not None:
+            await self._mirror_now(await self._cluster_call("put_voice", name, entry.to_json()))
+        else:
             await asyncio.to_thread(self.registry.register, name, entry)
-            return
-        if files:
-            keys = (await self._cluster_call("add_voice_files", files))["keys"]
-            for field in ("ref_audio", "conditioning"):
-                if getattr(entry, field):
-                    setattr(entry, field, keys[getattr(entry, field)])
-        await self._mirror_now(await self._cluster_call("put_voice", name, entry.to_json()))
 
     async def start_engine(self, model_id: str, model_dir: Path) -> TTSEngine:
         return await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
@@ -305,44 +304,32 @@ class TTSSlot(SlotReplica):
             raise invalid_request(f"'{name}' is a preset voice of the model", "name", "voice_exists")
         samples = await self._reference(audio, engine.sample_rate, "reference_audio")
         wav = f"{name}.wav"
-        entry = VoiceEntry(ref_audio=wav, ref_text=ref_text, aliases=list(aliases or []), language=language)
-        await self._store_voice(name, entry, {wav: encode_wav(samples, engine.sample_rate)})
+        stored = await self._store_files({wav: encode_wav(samples, engine.sample_rate)})
+        entry = VoiceEntry(ref_audio=stored[wav], ref_text=ref_text, aliases=list(aliases or []), language=language)
+        await self._register(name, entry)
         return {"name": name, "aliases": entry.aliases, "source": "registry"}
 
     async def cache_conditioning(self, name: str, samples: bytes) -> dict[str, Any]:
         """Voice training: the model's conditioning for a reference (float32 mono at the model's
-        rate), computed once and stored with the reference itself: in the cluster's registry
-        (the files' keys come back), or next to the registry file without a control plane."""
+        rate), computed once and stored with the reference itself (`_store_files`)."""
         from safetensors.numpy import save
 
         engine = await self.engine()
         audio = np.frombuffer(samples, dtype="<f4")
         conditioning = await engine.voice_conditioning(audio)
         wav, cached = f"{name}.wav", f"{name}.{engine.model_type}.safetensors"
-        files = {wav: encode_wav(audio, engine.sample_rate), cached: save({"audio_prompt": conditioning})}
-        if self.cluster is not None:  # the registration may reach a replica on another node
-            keys = (await self._cluster_call("add_voice_files", files))["keys"]
-            return {"ref_audio": keys[wav], "conditioning": keys[cached], "conditioning_model": engine.model_id}
-        voices = self.mirror.dir
-        for file_name, data in files.items():
-            await asyncio.to_thread(atomic_write, voices / file_name, data)
-        return {
-            "ref_audio": str(voices / wav),
-            "conditioning": str(voices / cached),
-            "conditioning_model": engine.model_id,
-        }
+        # The registration comes in a second call, which may reach a replica on another node.
+        stored = await self._store_files(
+            {wav: encode_wav(audio, engine.sample_rate), cached: save({"audio_prompt": conditioning})}
+        )
+        return {"ref_audio": stored[wav], "conditioning": stored[cached], "conditioning_model": engine.model_id}
 
     async def register_trained_voice(
         self, name: str, files: dict[str, str], ref_text: str = "", language: Optional[str] = None
     ) -> dict[str, Any]:
         """Voice training's last stage: the voice in the registry, atomically, with the files
-        `cache_conditioning` stored (keys of the cluster's registry, or paths on this disk)."""
-        entry = VoiceEntry(ref_text=ref_text, language=language, **files)
-        if self.cluster is not None:
-            await self._mirror_now(await self._cluster_call("put_voice", name, entry.to_json()))
-        else:
-            self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
-            await asyncio.to_thread(self.registry.register, name, entry)
+        `cache_conditioning` stored."""
+        await self._register(name, VoiceEntry(ref_text=ref_text, language=language, **files))
         return {"name": name, "source": "registry", "model": files["conditioning_model"]}
 
     async def delete_voice(self, name: str) -> dict[str, Any]:
