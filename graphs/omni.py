@@ -51,7 +51,9 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         settings.max_concurrent_requests,
     )
     # A fresh build id per build: a redeploy starts from the config, a Control restart does not.
-    control = Control.options(**options.get("Control", {})).bind(config.defaults(), uuid.uuid4().hex)
+    control = Control.options(**options.get("Control", {})).bind(
+        config.defaults(), uuid.uuid4().hex, cache_dir=config.cache_dir
+    )
     slots = {
         name: bind_slot(SLOTS[name], slot_config, config.cache_dir, control, options)
         for name, slot_config in config.slots().items()

@@ -27,7 +27,11 @@ class TTSSlotConfig(SlotModelsConfig):
         0.24, gt=0, description="Audio per streamed chunk for models that stream (seconds)"
     )
     voices_config: Optional[str] = Field(
-        None, description="Voice registry file (OminiX voices.json); default <cache_dir>/tts/voices.json"
+        None,
+        description=(
+            "Voice registry file (OminiX voices.json) on each speech node, into which every replica mirrors "
+            "the cluster's voices; default <cache_dir>/tts/voices.json"
+        ),
     )
     voices_dir: Optional[str] = Field(
         None, description="TTS_VOICES_DIR: requests may name audio files inside it as voices"

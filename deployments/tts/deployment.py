@@ -2,8 +2,11 @@
 
 `synthesize` streams `SpeechChunk`s: first an empty one carrying the sample rate (sent once
 the request has been checked: voice, reference audio, options), then audio as the engine
-generates it. Voices come from the registry file (re-read when it changes, so a voice
-registered through any replica works on all of them) and the model's presets.
+generates it. Voices come from the registry file (re-read when it changes) and the model's
+presets. With the control plane, registrations go to the cluster's voice registry in Control
+(tts/voice_store.py) and every replica mirrors it into its own registry file, so a voice
+registered through a replica on one node is spoken by replicas on nodes with no shared disk;
+without it (a graph with no Control), the file on disk is the only registry, as before.
 Models are chosen per request through Serve model multiplexing, as in the LLM slot.
 """
 
@@ -28,6 +31,7 @@ from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
+from deployments.tts.voice_store import VoiceMirror, pull
 from deployments.tts.voices import (
     RegistryError,
     VoiceEntry,
@@ -42,6 +46,8 @@ from deployments.tts.voices import (
 )
 
 logger = logging.getLogger("ray.serve")
+
+VOICE_POLL_S = 10.0  # the long poll on the cluster's voice registry
 
 
 def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
@@ -60,6 +66,16 @@ class TTSSlot(SlotReplica):
         self.registry = VoiceRegistry(registry_path(self.config, self.cache_dir))
         self.voices_dir = Path(self.config.voices_dir).expanduser() if self.config.voices_dir else None
         self.startup_voice = await self._startup_voice()
+        self.mirror = VoiceMirror(self.registry)
+        self.cluster = self.agent.control  # Control holds the cluster's voices; None: the file alone
+        self._sync_lock = asyncio.Lock()
+        self._voice_follower: Optional[asyncio.Task] = None
+        if self.cluster is not None:
+            try:  # before serving: a new replica (on a new node too) knows every registered voice
+                await asyncio.wait_for(self.sync_voices(), 60)
+            except Exception as e:
+                logger.warning("Voice registry sync failed (%s); serving the local registry file until it works", e)
+            self._voice_follower = asyncio.create_task(self._follow_voices())
 
     async def _startup_voice(self) -> Optional[Path]:
         """TTS_REF_AUDIO: checked once here (a replica that cannot use it does not start)."""
@@ -73,6 +89,65 @@ class TTSSlot(SlotReplica):
             raise RuntimeError(f"TTS_REF_AUDIO / tts.ref_audio {path}: cannot use it as a voice: {e}") from None
         logger.info("Default voice %s from TTS_REF_AUDIO %s", startup_voice_name(path), path)
         return path
+
+    # ------------------------------------------------------------------ the cluster's voices
+
+    async def sync_voices(self, snapshot: Optional[dict] = None) -> bool:
+        """Bring this node's registry file to the cluster's voices (the latest, or `snapshot`)."""
+        async with self._sync_lock:
+            if snapshot is None:
+                snapshot = await self.cluster.voices.remote()
+            changed = await pull(self.mirror, snapshot, self.cluster.voice_file.remote)
+        if changed:
+            logger.info("Voice registry: synced version %d (%d voices)", snapshot["version"], len(snapshot["voices"]))
+        return changed
+
+    async def _mirror_now(self, snapshot: Optional[dict] = None) -> None:
+        """After a change made in the cluster's registry: mirror it here at once, so this
+        replica's next request sees it. A failure is logged, not the request's: the change is
+        made, and the long poll brings it."""
+        try:
+            await self.sync_voices(snapshot)
+        except Exception as e:
+            logger.warning("Voice registry sync after a change: %s", e)
+
+    async def _follow_voices(self) -> None:
+        while True:
+            try:
+                seen = self.mirror.manifest()  # per directory: a sibling replica may have synced it
+                snapshot = await self.cluster.voices.remote(seen["version"], seen["store"], VOICE_POLL_S)
+                await self.sync_voices(snapshot)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Control restarting, or a malformed local file: keep serving
+                logger.warning("Voice registry sync: %s", e)
+                await asyncio.sleep(2)
+
+    async def _cluster_call(self, method: str, *args) -> Any:
+        result = await getattr(self.cluster, method).remote(*args)
+        if isinstance(result, dict) and "error" in result:
+            e = result["error"]
+            raise APIError(e["status"], e["message"], "invalid_request_error", e["param"], e["code"])
+        return result
+
+    async def _store_files(self, files: dict[str, bytes]) -> dict[str, str]:
+        """A voice's files stored where every replica that may get its registration can read
+        them; {file name: what the registry entry names it by}: a key of the cluster's
+        registry, or, with no control plane, a path in the voices/ directory beside the file."""
+        if self.cluster is not None:
+            return (await self._cluster_call("add_voice_files", files))["keys"]
+        for file_name, data in files.items():
+            await asyncio.to_thread(atomic_write, self.mirror.dir / file_name, data)
+        return {file_name: str(self.mirror.dir / file_name) for file_name in files}
+
+    async def _register(self, name: str, entry: VoiceEntry) -> None:
+        """Add or replace a voice: in the cluster's registry, then mirrored here at once (this
+        replica's next request already sees it), or in the registry file."""
+        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
+        if self.cluster is not None:
+            await self._mirror_now(await self._cluster_call("put_voice", name, entry.to_json()))
+        else:
+            await asyncio.to_thread(self.registry.register, name, entry)
 
     async def start_engine(self, model_id: str, model_dir: Path) -> TTSEngine:
         return await TTSEngine.start(model_id, model_dir, self.config.streaming_interval_s)
@@ -112,7 +187,7 @@ class TTSSlot(SlotReplica):
             job.ref_audio = await self._reference(params.reference_audio, engine.sample_rate, "reference_audio")
             job.ref_text = params.reference_text
         else:
-            voice = self._resolve(engine, params.voice)
+            voice = await self._voice(engine, params.voice)
             if voice.preset is not None:
                 job.preset = voice.preset
             else:
@@ -134,6 +209,23 @@ class TTSSlot(SlotReplica):
         if engine.capabilities.clone or not self.config.clone_model or serve.get_multiplexed_model_id():
             return engine
         return await self.models.get(self.config.clone_model)
+
+    async def _voice(self, engine: TTSEngine, requested: Optional[str]):
+        try:
+            return self._resolve(engine, requested)
+        except APIError as e:
+            # Registered on another node a moment ago, before the long poll brought it here?
+            if e.status_code != 404 or self.cluster is None:
+                raise
+            not_found = e
+        try:
+            changed = await self.sync_voices()
+        except Exception as e:
+            logger.warning("Voice registry sync: %s", e)
+            changed = False
+        if not changed:
+            raise not_found
+        return self._resolve(engine, requested)
 
     def _resolve(self, engine: TTSEngine, requested: Optional[str]):
         try:
@@ -200,7 +292,7 @@ class TTSSlot(SlotReplica):
         aliases: Optional[list[str]] = None,
         language: Optional[str] = None,
     ) -> dict[str, Any]:
-        """Store the reference audio next to the registry and add the voice to it atomically."""
+        """Store the reference audio with the voice and add the voice to the registry atomically."""
         try:
             check_voice_name(name)
             for alias in aliases or []:
@@ -211,45 +303,47 @@ class TTSSlot(SlotReplica):
         if name.lower() in (p.lower() for p in engine.presets):
             raise invalid_request(f"'{name}' is a preset voice of the model", "name", "voice_exists")
         samples = await self._reference(audio, engine.sample_rate, "reference_audio")
-        path = self.registry.path.parent / "voices" / f"{name}.wav"
-        await asyncio.to_thread(atomic_write, path, encode_wav(samples, engine.sample_rate))
-        entry = VoiceEntry(ref_audio=str(path), ref_text=ref_text, aliases=list(aliases or []), language=language)
-        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
-        await asyncio.to_thread(self.registry.register, name, entry)
+        wav = f"{name}.wav"
+        stored = await self._store_files({wav: encode_wav(samples, engine.sample_rate)})
+        entry = VoiceEntry(ref_audio=stored[wav], ref_text=ref_text, aliases=list(aliases or []), language=language)
+        await self._register(name, entry)
         return {"name": name, "aliases": entry.aliases, "source": "registry"}
 
     async def cache_conditioning(self, name: str, samples: bytes) -> dict[str, Any]:
         """Voice training: the model's conditioning for a reference (float32 mono at the model's
-        rate), computed once and cached next to the registry with the reference itself."""
+        rate), computed once and stored with the reference itself (`_store_files`)."""
         from safetensors.numpy import save
 
         engine = await self.engine()
         audio = np.frombuffer(samples, dtype="<f4")
         conditioning = await engine.voice_conditioning(audio)
-        voices = self.registry.path.parent / "voices"
-        wav, cached = voices / f"{name}.wav", voices / f"{name}.{engine.model_type}.safetensors"
-        await asyncio.to_thread(atomic_write, wav, encode_wav(audio, engine.sample_rate))
-        await asyncio.to_thread(atomic_write, cached, save({"audio_prompt": conditioning}))
-        return {"ref_audio": str(wav), "conditioning": str(cached), "conditioning_model": engine.model_id}
+        wav, cached = f"{name}.wav", f"{name}.{engine.model_type}.safetensors"
+        # The registration comes in a second call, which may reach a replica on another node.
+        stored = await self._store_files(
+            {wav: encode_wav(audio, engine.sample_rate), cached: save({"audio_prompt": conditioning})}
+        )
+        return {"ref_audio": stored[wav], "conditioning": stored[cached], "conditioning_model": engine.model_id}
 
     async def register_trained_voice(
         self, name: str, files: dict[str, str], ref_text: str = "", language: Optional[str] = None
     ) -> dict[str, Any]:
-        """Voice training's last stage: the voice in the registry, atomically (every replica
-        re-reads the file), with the conditioning `cache_conditioning` stored."""
-        entry = VoiceEntry(ref_text=ref_text, language=language, **files)
-        self._registry_data(with_startup=False)  # refuse to overwrite a malformed file
-        await asyncio.to_thread(self.registry.register, name, entry)
+        """Voice training's last stage: the voice in the registry, atomically, with the files
+        `cache_conditioning` stored."""
+        await self._register(name, VoiceEntry(ref_text=ref_text, language=language, **files))
         return {"name": name, "source": "registry", "model": files["conditioning_model"]}
 
     async def delete_voice(self, name: str) -> dict[str, Any]:
         self._registry_data(with_startup=False)
+        if self.cluster is not None and (await self._cluster_call("remove_voice", name))["removed"] is not None:
+            await self._mirror_now()  # the mirror drops it and its files, here and on every node
+            return {"name": name, "deleted": True}
+        # Not the cluster's: an entry written by hand into this node's file.
         entry = await asyncio.to_thread(self.registry.remove, name)
         if entry is None:
             raise APIError(
                 404, f"Voice '{name}' is not in the registry", "invalid_request_error", "name", "voice_not_found"
             )
-        managed = self.registry.path.parent / "voices"
+        managed = self.mirror.dir
         audio = Path(entry.ref_audio)
         if audio.parent == managed:  # only files this server stored; never a user's own file
             audio.unlink(missing_ok=True)

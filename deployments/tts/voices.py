@@ -21,12 +21,13 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 DEFAULT_VOICE_NAMES = ("", "default")
+T = TypeVar("T")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -138,6 +139,19 @@ class RegistryData:
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.base_path() / path
 
+    def put(self, name: str, entry: VoiceEntry) -> VoiceEntry:
+        """Add or replace a voice: one entry per name, whatever its case."""
+        existing = self.find(name)
+        if existing is not None and existing != name:
+            self.voices.pop(existing)
+        self.voices[name] = entry
+        return entry
+
+    def pop(self, name: str) -> Optional[VoiceEntry]:
+        """Remove a voice by name or alias; returns it, or None if there was none."""
+        key = self.find(name)
+        return self.voices.pop(key) if key is not None else None
+
     def find(self, requested: str) -> Optional[str]:
         """The registry key for a name or alias, case-insensitively (alphabetical on ties)."""
         wanted = requested.lower()
@@ -178,24 +192,21 @@ class VoiceRegistry:
 
     def register(self, name: str, entry: VoiceEntry) -> None:
         """Add or replace a voice; the file is rewritten atomically."""
-        with self._lock:
-            data = self._load_if_changed()
-            existing = data.find(name)
-            if existing is not None and existing != name:
-                data.voices.pop(existing)  # one entry per name, whatever its case
-            data.voices[name] = entry
-            self._write(data)
+        self.update(lambda data: data.put(name, entry))
 
     def remove(self, name: str) -> Optional[VoiceEntry]:
         """Remove a voice by name or alias; returns it, or None if there was none."""
+        return self.update(lambda data: data.pop(name))
+
+    def update(self, change: Callable[[RegistryData], T]) -> T:
+        """Apply `change` to the current content and rewrite the file atomically (not at all
+        when `change` returns None: nothing changed). Returns what `change` returned."""
         with self._lock:
             data = self._load_if_changed()
-            key = data.find(name)
-            if key is None:
-                return None
-            entry = data.voices.pop(key)
-            self._write(data)
-            return entry
+            result = change(data)
+            if result is not None:
+                self._write(data)
+            return result
 
     def _write(self, data: RegistryData) -> None:
         text = json.dumps(data.to_json(), indent=2, ensure_ascii=False) + "\n"

@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Optional
 
 import httpx
 import pytest
@@ -72,7 +74,8 @@ class Cluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, name: str, role: str, head: bool = False) -> None:
+    def start(self, name: str, role: str, head: bool = False, env: Optional[dict] = None) -> None:
+        """A node's `ray start`; `env` is that machine's own (its HOME, say)."""
         args = [
             str(BIN / "ray"),
             "start",
@@ -95,21 +98,26 @@ class Cluster:
             args += [f"--address={self.address}"]
         with open(self.work / f"{name}.log", "ab") as log:
             self.nodes[name] = subprocess.Popen(
-                args, cwd=ROOT, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                args,
+                cwd=ROOT,
+                env={**cli_env(), **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
-    def join(self, name: str, role: str, timeout_s: float = 240) -> None:
+    def join(self, name: str, role: str, timeout_s: float = 240, env: Optional[dict] = None) -> None:
         """Start a worker node and wait until the cluster lists it. Ray gives a node's raylet 30 s
         to register (hard-coded); on a loaded 2-core machine it can miss that and `ray start`
         exits, so a node that gave up is started again, as an operator would."""
         expected = len(self.alive_nodes()) + 1
         deadline = time.monotonic() + timeout_s
-        self.start(name, role)
+        self.start(name, role, env=env)
         while time.monotonic() < deadline:
             if len(self.alive_nodes()) >= expected:
                 return
             if self.nodes[name].poll() is not None:  # gave up: try again
-                self.start(name, role)
+                self.start(name, role, env=env)
             time.sleep(2)
         raise AssertionError(
             f"node {name} did not join in {timeout_s} s: {(self.work / f'{name}.log').read_text()[-2000:]}"
@@ -182,23 +190,53 @@ def placement_from_docs() -> dict[str, dict]:
     return {d["name"]: d["ray_actor_options"] for d in yaml.safe_load(block)["deployments"]}
 
 
-def graph_config(work: Path, cache_dir) -> tuple[Path, int]:
+def graph_config(
+    work: Path, cache_dir, slots: tuple[str, ...] = ("llm", "tts"), edit: Optional[Callable[[dict], None]] = None
+) -> tuple[Path, int]:
+    """serve_config.yaml with only `slots` on, placed as docs/multi-node.md says; `edit`
+    changes the application (a test's own settings) before it is written."""
+    from deployments.slots import SLOTS
+
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     port = free_port()
     config["http_options"]["port"] = port
     app = config["applications"][0]
     app["args"]["cache_dir"] = str(cache_dir)
-    app["args"].update(only_slots("llm", "tts"))  # the others off: three nodes on one small machine
+    app["args"].update(only_slots(*slots))  # the others off: three nodes on one small machine
     app["args"]["tts"]["max_input_chars"] = 20000
     placement = placement_from_docs()
+    kept = {"Ingress", "Control", *(SLOTS[s].deployment_name for s in slots)}
     app["deployments"] = [
-        {**d, "ray_actor_options": placement[d["name"]]}
-        for d in app["deployments"]
-        if d["name"] in ("Ingress", "Control", "LLM", "TTS")
+        {**d, "ray_actor_options": placement[d["name"]]} for d in app["deployments"] if d["name"] in kept
     ]
+    if edit is not None:
+        edit(app)
     path = work / "serve_config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, port
+
+
+def start_graph(cluster: Cluster, config: Path) -> subprocess.Popen:
+    """`serve run` of `config` on the cluster, from a terminal of its own (log: serve.log)."""
+    with open(cluster.work / "serve.log", "wb") as log:
+        return subprocess.Popen(
+            [str(BIN / "serve"), "run", "--address", cluster.address, str(config)],
+            cwd=ROOT,
+            env=cli_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_graph(serve_proc: Optional[subprocess.Popen]) -> None:
+    if serve_proc is None:
+        return
+    serve_proc.send_signal(signal.SIGINT)
+    try:
+        serve_proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(serve_proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -212,29 +250,16 @@ def cluster(tmp_path_factory, cache_dir):
         cluster.join("llm", "llm")
         cluster.join("speech", "speech")
         config, port = graph_config(work, cache_dir)
-        with open(work / "serve.log", "wb") as log:
-            serve_proc = subprocess.Popen(
-                [str(BIN / "serve"), "run", "--address", cluster.address, str(config)],
-                cwd=ROOT,
-                env=cli_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        serve_proc = start_graph(cluster, config)
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
         wait_for(lambda: ready(http, serve_proc, work), 300)
         yield cluster, http
     finally:
-        if serve_proc is not None:
-            serve_proc.send_signal(signal.SIGINT)
-            try:
-                serve_proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(serve_proc.pid, signal.SIGKILL)
+        stop_graph(serve_proc)
         cluster.stop_all()
 
 
-def ready(http: httpx.Client, serve_proc, work: Path) -> bool:
+def ready(http: httpx.Client, serve_proc, work: Path, slots: tuple[str, ...] = ("llm", "tts")) -> bool:
     assert serve_proc.poll() is None, (work / "serve.log").read_text()[-4000:]
     try:
         status = http.get("/v1/models/status")
@@ -242,8 +267,7 @@ def ready(http: httpx.Client, serve_proc, work: Path) -> bool:
         return False
     if status.status_code != 200:
         return False
-    slots = status.json()["slots"]
-    return all(slots.get(s, {}).get("replicas") for s in ("llm", "tts"))
+    return all(status.json()["slots"].get(s, {}).get("replicas") for s in slots)
 
 
 def roles(http: httpx.Client, slot: str) -> list[str]:
