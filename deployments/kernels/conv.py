@@ -9,7 +9,12 @@ Here:
   (used for dilated or grouped convolutions: undilated ones MLX already runs as a GEMM);
 - `conv_transpose1d`: one GEMM for all taps at once (input times every tap's weights), then an
   overlap-add of the tap outputs at their stride/dilation offsets;
-- grouped convolutions as a batched GEMM over the groups (depthwise as a broadcast multiply).
+- grouped convolutions as a batched GEMM over the groups (depthwise as a broadcast multiply);
+- wide stride-1 convolutions (7+ taps) through the FFT (deployments/kernels/fft_conv.py).
+
+`OMINIX_CPU_KERNELS` switches them: unset or `all` (the default), `none`, or a comma list of
+`gemm_conv`, `fft_conv` (the FFT path needs `gemm_conv`'s dispatch) and `kokoro` (Kokoro's fused
+AdaIN + Snake, deployments/kernels/kokoro.py).
 
 `install_cpu_kernels()` replaces `mx.conv1d` / `mx.conv_transpose1d` in the process with
 wrappers that use these on the CPU device and call MLX's own op everywhere else (Metal, an
@@ -21,15 +26,40 @@ Unit tests compare every path with MLX's own op (tests/unit/kernels/test_conv.py
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import mlx.core as mx
+
+from deployments.kernels import fft_conv
 
 logger = logging.getLogger(__name__)
 
 # The MLX ops replaced by install_cpu_kernels(), by name: the fallback and the reference.
 _ORIGINAL: dict = {}
 _LOCK = threading.Lock()
+KERNELS_ENV = "OMINIX_CPU_KERNELS"
+KERNELS = ("gemm_conv", "fft_conv", "kokoro")
+# What install_cpu_kernels() switched on (read by the ops at call time).
+_ENABLED: set = set()
+
+
+def enabled_kernels(value: str | None = None) -> set:
+    """The kernels `OMINIX_CPU_KERNELS` (or `value`) asks for: all of them unless it says."""
+    value = (os.environ.get(KERNELS_ENV, "all") if value is None else value).strip().lower()
+    if value in ("", "all", "1", "true"):
+        return set(KERNELS)
+    if value in ("none", "0", "false"):
+        return set()
+    names = {v.strip() for v in value.split(",") if v.strip()}
+    unknown = names - set(KERNELS)
+    if unknown:
+        raise ValueError(f"{KERNELS_ENV}: unknown kernels {sorted(unknown)} (known: {', '.join(KERNELS)}, all, none)")
+    return names
+
+
+def is_enabled(name: str) -> bool:
+    return name in _ENABLED
 
 
 def _pad_time(x: mx.array, before: int, after: int) -> mx.array:
@@ -131,7 +161,12 @@ def _conv1d_op(input, weight, stride=1, padding=0, dilation=1, groups=1, *, stre
     degenerate = input.ndim != 3 or _conv1d_length(input.shape[1] + 2 * padding, weight.shape[1], stride, dilation) <= 0
     # Undilated, ungrouped: MLX's CPU op is already a GEMM (as fast or faster, measured).
     native_fast = dilation == 1 and groups == 1
-    if degenerate or native_fast or not _on_cpu(stream):  # MLX's op: its result or its error
+    if degenerate or not _on_cpu(stream):  # MLX's op: its result or its error
+        return original_op("conv1d")(input, weight, stride, padding, dilation, groups, stream=stream)
+    length_out = _conv1d_length(input.shape[1] + 2 * padding, weight.shape[1], stride, dilation)
+    if "fft_conv" in _ENABLED and fft_conv.use_fft(weight.shape[1], stride, dilation, groups, length_out):
+        return fft_conv.fft_conv1d(input, weight, padding, dilation)
+    if native_fast:
         return original_op("conv1d")(input, weight, stride, padding, dilation, groups, stream=stream)
     return conv1d(input, weight, stride, padding, dilation, groups)
 
@@ -153,20 +188,27 @@ def _conv_transpose1d_op(input, weight, stride=1, padding=0, dilation=1, output_
 _REPLACEMENTS = {"conv1d": _conv1d_op, "conv_transpose1d": _conv_transpose1d_op}
 
 
-def install_cpu_kernels() -> bool:
-    """Replace MLX's 1-D convolutions with the GEMM forms when MLX runs on its CPU backend.
+def install_cpu_kernels(kernels: set | None = None) -> bool:
+    """Replace MLX's 1-D convolutions with the GEMM / FFT forms when MLX runs on its CPU backend.
 
-    Idempotent and thread-safe. Returns whether the kernels are installed. On Metal nothing
-    changes (MLX's own kernels are fast there)."""
+    `kernels`: which (default: `OMINIX_CPU_KERNELS`, else all). Idempotent and thread-safe.
+    Returns whether the convolution kernels are installed. On Metal nothing changes (MLX's own
+    kernels are fast there). Kokoro's kernels are installed by its model hook
+    (deployments/kernels/kokoro.py), when `kokoro` is among the enabled ones."""
     with _LOCK:
         if _ORIGINAL:
             return True
         if mx.default_device().type != mx.DeviceType.cpu:
             return False
+        chosen = enabled_kernels() if kernels is None else set(kernels)
+        _ENABLED.clear()
+        _ENABLED.update(chosen)
+        if "gemm_conv" not in chosen:
+            return False
         for name, replacement in _REPLACEMENTS.items():
             _ORIGINAL[name] = getattr(mx, name)
             setattr(mx, name, replacement)
-        logger.info("MLX CPU backend: 1-D convolutions run as matrix products (deployments.kernels)")
+        logger.info("MLX CPU backend: kernels %s (deployments.kernels)", ", ".join(sorted(chosen)))
         return True
 
 
@@ -176,6 +218,7 @@ def uninstall_cpu_kernels() -> None:
         for name, op in _ORIGINAL.items():
             setattr(mx, name, op)
         _ORIGINAL.clear()
+        _ENABLED.clear()
 
 
 def original_op(name: str):

@@ -3,8 +3,8 @@
 The TTS engine loads every model with `mlx_audio.tts.utils.load_model` and calls its
 `generate`; these hooks add the few model-specific steps, so the engine stays generic:
 - every model: the CPU convolution kernels (deployments/kernels), installed before the model
-  is built, on MLX's CPU backend only;
-- Kokoro: misaki's English G2P made offline (spaCy model alias), built at load time so a
+  is built, on MLX's CPU backend only (`OMINIX_CPU_KERNELS` switches them);
+- Kokoro: its fused AdaIN + Snake kernels (deployments/kernels/kokoro.py); misaki's English G2P made offline (spaCy model alias), built at load time so a
   broken G2P fails the load rather than the first request; the language of a request (or of the
   voice: `bf_emma` is British English) chosen for its G2P; languages whose G2P is not installed
   are 400s.
@@ -63,6 +63,10 @@ def before_load(model_dir: Path) -> None:
 
     install_cpu_kernels()  # before the model is built: some keep references to the ops
     if model_type(model_dir) == "kokoro":
+        from deployments.kernels import is_enabled, kokoro
+
+        if is_enabled("kokoro"):
+            kokoro.install()  # fused AdaIN + Snake (CPU backend only)
         from deployments.hub import default_cache_dir
         from deployments.tts.kokoro import prepare_g2p
 

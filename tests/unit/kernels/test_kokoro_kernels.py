@@ -1,0 +1,60 @@
+"""Kokoro's fused AdaIN + Snake kernels (deployments/kernels/kokoro.py) against mlx-audio's own
+modules and formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+mx = pytest.importorskip("mlx.core")
+istftnet = pytest.importorskip("mlx_audio.tts.models.kokoro.istftnet")
+
+from deployments.kernels import kokoro  # noqa: E402
+
+
+def _max_diff(a, b) -> float:
+    assert a.shape == b.shape
+    return float(mx.abs(a - b).max())
+
+
+def test_sin_squared_polynomial_matches_mx_sin_over_a_wide_range():
+    z = mx.linspace(-200, 200, 200_001)
+    assert _max_diff(kokoro.sin_squared(z), mx.sin(z) ** 2) < 2e-5  # float32 range reduction at |z|=200
+    z = mx.linspace(-2 * math.pi, 2 * math.pi, 10_001)
+    assert _max_diff(kokoro.sin_squared(z), mx.sin(z) ** 2) < 1e-6
+
+
+def test_instance_norm_matches_mlx_audio():
+    x = mx.random.normal((2, 16, 300)) * 3 + 1
+    ref = istftnet.InstanceNorm1d(16)._apply_instance_norm(x)  # mlx-audio's, unpatched
+    assert _max_diff(kokoro.instance_norm(x), ref) < 1e-5
+
+
+def test_adain_snake_matches_adain_then_snake():
+    mx.random.seed(3)
+    adain = istftnet.AdaIN1d(32, 16)
+    x = mx.random.normal((1, 16, 500)) * 2
+    s = mx.random.normal((1, 32))
+    alpha = mx.random.uniform(0.3, 3.0, (1, 16, 1))
+    ref = kokoro.snake_reference(adain(x, s), alpha)
+    assert _max_diff(kokoro.adain_snake(x, adain.fc(s), alpha), ref) < 1e-5
+
+
+def test_installed_resblock_gives_mlx_audio_result():
+    """The generator's AdaINResBlock1 with the fused kernels vs mlx-audio's own forward."""
+    mx.random.seed(5)
+    block = istftnet.AdaINResBlock1(16, 7, (1, 3, 5), style_dim=32)
+    block.alpha1 = [mx.random.uniform(0.5, 2.0, (1, 16, 1)) for _ in range(3)]
+    x = mx.random.normal((1, 16, 200))
+    s = mx.random.normal((1, 32))
+    ref = block(x, s)
+    try:
+        assert kokoro.install() and kokoro.install()  # idempotent
+        assert istftnet.AdaINResBlock1.__call__ is kokoro._resblock_call
+        got = block(x, s)
+    finally:
+        kokoro.uninstall()
+    assert istftnet.AdaINResBlock1.__call__ is not kokoro._resblock_call
+    assert _max_diff(got, ref) < 1e-4 * max(1.0, float(mx.abs(ref).max()))
+    assert mx.array_equal(block(x, s), ref)  # uninstalled: mlx-audio's own again
