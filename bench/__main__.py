@@ -27,6 +27,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # cuts long files into windows best (WER, clean and noisy), in process; chat latency alone and
 # beside ASR, TTS and image work, the graph against one server per modality; ASR against
 # faster-whisper at 1/4/16 clients with the in-process CPU time and per-op profile of one request.
+# Kokoro speech against mlx_audio.server on the same directory (time to first audio, RTF, 1 and 4
+# at once).
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -42,6 +44,7 @@ EXTRA_SCENARIOS = (
     "vad",
     "mixed",
     "asr_peers",
+    "tts_peers",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

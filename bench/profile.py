@@ -11,6 +11,11 @@ such as `mlx.core.conv1d`, a model's helper): `Profiler.module(cls)` / `Profiler
 name, label)`. The barriers cost fusion and some overlap, so the total is a little above an
 unbarriered call; each profile reports both.
 
+The clock is the process's CPU time (`time.process_time`, all its threads), not the wall: on
+the shared 2-core machine other sessions' work stretches wall times several-fold and unevenly,
+while the CPU time a computation takes moves much less. The models here run on one BLAS
+thread, so on a quiet machine the two agree.
+
 `python -m bench.profile kokoro|llm [--repeats N]` prints the table; bench/kokoro_profile.py
 and the LLM part below are the two profiles in docs/performance.md ("Profiles").
 """
@@ -18,6 +23,8 @@ and the LLM part below are the two profiles in docs/performance.md ("Profiles").
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -26,6 +33,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+clock = time.process_time
 
 
 def _arrays(value) -> list:
@@ -60,12 +70,12 @@ class Profiler:
             mx.eval(_arrays(args), _arrays(kwargs))  # the inputs are the caller's work
             name = label(*args, **kwargs) if callable(label) else label
             self._stack.append([0.0])
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 out = fn(*args, **kwargs)
                 mx.eval(_arrays(out))
             finally:
-                spent = time.perf_counter() - t0
+                spent = clock() - t0
                 children = self._stack.pop()[0]
             self.inclusive[name] += spent
             self.exclusive[name] += spent - children
@@ -183,9 +193,9 @@ def profile_llm(cache_dir: Path, repeats: int, context: int = 64) -> dict:
     step()
     plain = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        plain.append(time.perf_counter() - t0)
+        plain.append(clock() - t0)
     profiler = Profiler()
     for cls in (llama.Model, llama.Attention, llama.MLP, llama.TransformerBlock, nn.RMSNorm, nn.Embedding):
         profiler.module(cls, f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}")
@@ -216,7 +226,9 @@ def main(argv=None) -> int:
     p.add_argument("model", choices=["kokoro", "llm"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
+    p.add_argument("--out", type=Path, default=None, help="also write the result here as JSON")
     opts = p.parse_args(argv)
+    load = list(os.getloadavg())
     if opts.model == "llm":
         result = profile_llm(opts.cache_dir, opts.repeats)
         print(
@@ -229,9 +241,21 @@ def main(argv=None) -> int:
         result = profile_kokoro(opts.cache_dir, opts.repeats)
         print(
             f"Kokoro, {result['audio_s']:.2f} s of audio: {result['synthesis_s_unbarriered']:.2f} s plain "
-            f"(RTF {result['rtf_unbarriered']:.2f}), {result['synthesis_s_profiled']:.2f} s with barriers"
+            f"(RTF {result['rtf_unbarriered']:.2f}; wall {result['synthesis_wall_s_unbarriered']:.2f} s), "
+            f"{result['synthesis_s_profiled']:.2f} s with barriers (CPU time)"
         )
+    result.update(
+        kernels=os.environ.get("OMINIX_CPU_KERNELS", "all"),
+        load_average_before=load,
+        load_average_after=list(os.getloadavg()),
+    )
+    print(
+        f"kernels: {result['kernels']}; load average before {load[0]:.1f}, after {result['load_average_after'][0]:.1f}"
+    )
     print(render_rows(result["rows"]))
+    if opts.out:
+        opts.out.parent.mkdir(parents=True, exist_ok=True)
+        opts.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -43,10 +43,18 @@ def _cos(r: mx.array) -> mx.array:
     return acc
 
 
+# 2 pi in two parts (Cody-Waite): k * _TWO_PI_HI is exact in float32 for |k| < 2^16, so the
+# reduction loses no more than float32 rounding of k * _TWO_PI_LO even for large arguments
+# (Snake's alpha * x reaches the hundreds); one constant lost ~1e-5 there.
+_TWO_PI_HI = 6.28125  # 201/32: 8 significant bits
+_TWO_PI_LO = _TWO_PI - _TWO_PI_HI
+
+
 def sin_squared(z: mx.array) -> mx.array:
     """sin(z)^2 = (1 - cos 2z) / 2, with 2z reduced to [-pi, pi] and the cosine a polynomial."""
     z2 = 2 * z
-    r = z2 - _TWO_PI * mx.round(z2 * (1 / _TWO_PI))
+    k = mx.round(z2 * (1 / _TWO_PI))
+    r = (z2 - k * _TWO_PI_HI) - k * _TWO_PI_LO
     return 0.5 * (1 - _cos(r))
 
 
