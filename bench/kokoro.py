@@ -3,8 +3,9 @@
 `python -m bench.kokoro [--repeats N]` (or `python -m bench --scenarios kokoro`), in one process:
 1. single ops at Kokoro's layer shapes (a ~4 s utterance): MLX's `conv1d`/`conv_transpose1d`
    against deployments/kernels' GEMM forms, with the largest difference between them;
-2. the whole acoustic model on the same phonemes and voice, three ways: stock mlx-audio (MLX's
-   convolutions), mlx-audio with the kernels installed, and onnxruntime on the int8 ONNX export
+2. the whole acoustic model on the same phonemes and voice, four ways: stock mlx-audio (MLX's
+   convolutions), mlx-audio with the GEMM convolutions only, with all the CPU kernels (GEMM and
+   FFT convolutions, fused AdaIN + Snake: what a TTS replica runs), and onnxruntime on the int8 ONNX export
    the weights come from (the best CPU runtime for that file). G2P (misaki) is the same for all
    three and timed apart. RTF = synthesis time / audio duration (lower is faster).
 Results: bench/results/kokoro.json and kokoro.md. Needs the `bench` extra (onnxruntime).
@@ -93,6 +94,7 @@ def bench_synthesis(model_dir: Path, repeats: int) -> dict:
     from mlx_audio.tts.utils import load_model
 
     from deployments.kernels import install_cpu_kernels, uninstall_cpu_kernels
+    from deployments.kernels import kokoro as kokoro_kernels
     from deployments.tts.model_hooks import before_load
 
     before_load(model_dir)  # the G2P alias (and the kernels, taken out again for the stock run)
@@ -115,17 +117,27 @@ def bench_synthesis(model_dir: Path, repeats: int) -> dict:
         systems[label] = _rtf(times, audio[label].size)
 
     uninstall_cpu_kernels()
+    kokoro_kernels.uninstall()
     run_mlx("mlx_audio_stock")
-    install_cpu_kernels()
+    install_cpu_kernels({"gemm_conv"})
     run_mlx("mlx_audio_gemm_conv")
+    uninstall_cpu_kernels()
+    install_cpu_kernels({"gemm_conv", "fft_conv", "kokoro"})
+    kokoro_kernels.install()
+    run_mlx("mlx_audio_cpu_kernels")  # what a TTS replica runs (OMINIX_CPU_KERNELS=all)
     systems["onnxruntime_int8"] = _onnxruntime(model.vocab, phonemes, np.asarray(style), repeats)
+    stock = audio["mlx_audio_stock"]
     return {
         "text": TEXT,
         "voice": VOICE,
         "phonemes": len(phonemes),
         "g2p_s": g2p_s,
         "systems": systems,
-        "stock_vs_gemm_max_abs_diff": float(np.abs(audio["mlx_audio_stock"] - audio["mlx_audio_gemm_conv"]).max()),
+        "stock_vs_gemm_max_abs_diff": float(np.abs(stock - audio["mlx_audio_gemm_conv"]).max()),
+        # relative RMS of the difference: the fused Snake and the FFT change the last bits
+        "stock_vs_cpu_kernels_rel_rms_diff": float(
+            np.sqrt(np.mean((stock - audio["mlx_audio_cpu_kernels"]) ** 2) / np.mean(stock**2))
+        ),
     }
 
 
@@ -195,7 +207,8 @@ def render(result: dict) -> str:
         + table(["system", "synthesis s", "audio s", "RTF"], rows)
         + (
             f"\n\nG2P (misaki, all systems): {synth['g2p_s']:.2f} s; stock vs GEMM audio max |diff| "
-            f"{synth['stock_vs_gemm_max_abs_diff']:.2g}"
+            f"{synth['stock_vs_gemm_max_abs_diff']:.2g}; stock vs all CPU kernels, relative RMS of the "
+            f"difference {synth.get('stock_vs_cpu_kernels_rel_rms_diff', float('nan')):.2g}"
         )
     )
 

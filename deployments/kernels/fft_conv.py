@@ -11,7 +11,8 @@ fewer than direct). Float32 FFTs of 64 points keep the result within ~1e-6 of th
 (tests/unit/kernels/test_fft_conv.py).
 
 Used by deployments/kernels/conv.py for stride-1, ungrouped convolutions whose span
-(dilation * (taps - 1) + 1) is wide enough to pay and fits a 64-sample tile (`use_fft`).
+(dilation * (taps - 1) + 1) fits half a 64-sample tile and whose saving is large enough to pay
+for the transforms (`use_fft`).
 """
 
 from __future__ import annotations
@@ -19,18 +20,32 @@ from __future__ import annotations
 import mlx.core as mx
 
 NFFT = 64
-# Below 7 taps the FFT's transforms and the 4x complex product cost about what they save.
-MIN_TAPS = 7
+# The FFT path's transforms, transposes and complex assembly cost about as much again as its
+# products: measured on Kokoro's shapes (docs/performance.md, "Profiles") it won where the
+# products alone are >= 2.8x fewer (11 taps: 2.3x faster; 7 taps: 1.2-1.8x; 11 taps dilated 3:
+# 1.3x) and lost at 2.4x and below (7 taps dilated 3 or 5: 0.8-1.1x).
+MIN_GAIN = 2.5
 
 
 def span(kernel: int, dilation: int) -> int:
     return dilation * (kernel - 1) + 1
 
 
+def product_gain(kernel: int, dilation: int, nfft: int = NFFT) -> float:
+    """Direct multiply-adds per output and channel pair over the FFT path's: K / (4 bins / m)."""
+    step = nfft - span(kernel, dilation) + 1
+    return kernel * step / (4 * (nfft // 2 + 1)) if step > 0 else 0.0
+
+
 def use_fft(kernel: int, stride: int, dilation: int, groups: int, length_out: int) -> bool:
-    """Whether `fft_conv1d` is the faster way (measured on Kokoro's shapes, docs/performance.md)."""
-    width = span(kernel, dilation)
-    return stride == 1 and groups == 1 and kernel >= MIN_TAPS and width <= NFFT // 2 and length_out >= NFFT
+    """Whether `fft_conv1d` is the faster way (measured on Kokoro's shapes, see MIN_GAIN)."""
+    return (
+        stride == 1
+        and groups == 1
+        and length_out >= NFFT
+        and span(kernel, dilation) <= NFFT // 2
+        and product_gain(kernel, dilation) >= MIN_GAIN
+    )
 
 
 def _kernel_spectrum(weight: mx.array, dilation: int, nfft: int) -> mx.array:
