@@ -12,7 +12,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "performance.md"
-SCENARIOS = ("llm", "asr", "tts", "memory", "prefix", "asr_stream", "embeddings", "agent", "vad", "mixed", "asr_peers", "tts_peers")
+SCENARIOS = (
+    "llm",
+    "asr",
+    "tts",
+    "memory",
+    "prefix",
+    "asr_stream",
+    "embeddings",
+    "agent",
+    "vad",
+    "mixed",
+    "asr_peers",
+    "tts_peers",
+)
 
 
 def block(scenario: str, results: Path = RESULTS, page: Path = PAGE) -> str:
