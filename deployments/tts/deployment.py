@@ -25,7 +25,7 @@ from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
 from deployments.slot_replica import SlotReplica
 from deployments.tts.config import TTSSlotConfig
-from deployments.tts.engine import SpeechJob, TTSEngine
+from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
 from deployments.tts.voices import (
@@ -115,6 +115,8 @@ class TTSSlot(SlotReplica):
             voice = self._resolve(engine, params.voice)
             if voice.preset is not None:
                 job.preset = voice.preset
+            elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
+                job.conditioning = voice.conditioning  # trained for this model (Kokoro's fitted style)
             else:
                 engine = await self._cloning_engine(engine)
                 if voice.conditioning is not None and voice.conditioning_model == engine.model_id:
@@ -232,6 +234,33 @@ class TTSSlot(SlotReplica):
         await asyncio.to_thread(atomic_write, cached, save({"audio_prompt": conditioning}))
         return {"ref_audio": str(wav), "conditioning": str(cached), "conditioning_model": engine.model_id}
 
+    async def fit_voice(
+        self, name: str, samples: bytes, steps: int, language: Optional[str] = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Voice training on Kokoro (a streamed call): the engine's fitting events (stock voices
+        scored, then one loss per step), then the fitted pack stored next to the registry as
+        `<name>.kokoro.safetensors` (a voice file Kokoro loads by path) with the reference, and
+        a last event carrying the files for `register_trained_voice`. Runs on this replica's
+        engine thread: syntheses on other replicas go on; closing the stream stops the fit."""
+        engine = await self.engine()
+        audio = np.frombuffer(samples, dtype="<f4")
+        voices = self.registry.path.parent / "voices"
+        stock = voices / f".{engine.model_id.replace('/', '--')}.stock-ge2e.npz"
+        job = StyleFitJob(audio=audio, steps=steps, language=language, stock_cache=stock)
+        result = None
+        async for event in engine.fit_style(job):
+            if "pack" in event:
+                result = event
+            else:
+                yield event
+        if result is None:  # the engine stopped early: the caller left
+            return
+        wav, cached = voices / f"{name}.wav", voices / f"{name}.{engine.model_type}.safetensors"
+        await asyncio.to_thread(atomic_write, wav, encode_wav(audio, engine.sample_rate))
+        await asyncio.to_thread(atomic_write, cached, _voice_pack_file(result.pop("pack")))
+        files = {"ref_audio": str(wav), "conditioning": str(cached), "conditioning_model": engine.model_id}
+        yield {**result, "files": files}
+
     async def register_trained_voice(
         self, name: str, files: dict[str, str], ref_text: str = "", language: Optional[str] = None
     ) -> dict[str, Any]:
@@ -259,3 +288,10 @@ class TTSSlot(SlotReplica):
 
     def stats(self) -> dict:
         return {e.model_id: self.engine_summary(e) for e in self.models.engines()}
+
+
+def _voice_pack_file(pack: np.ndarray) -> bytes:
+    """A Kokoro voice pack as the .safetensors mlx-audio's Kokoro loads (key "voice")."""
+    from safetensors.numpy import save
+
+    return save({"voice": np.ascontiguousarray(pack, dtype=np.float32)})

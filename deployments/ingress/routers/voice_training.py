@@ -25,7 +25,8 @@ class TrainRequest(BaseModel):
     voice_name: str
     audio: str = Field(..., description="base64 audio (JSON); the uploaded file (multipart)")
     transcript: Optional[str] = None
-    quality: Literal["fast", "standard", "high"] = "standard"  # one conditioning whatever the tier
+    # Kokoro: the number of fitting steps; pocket_tts: one conditioning whatever the tier.
+    quality: Literal["fast", "standard", "high"] = "standard"
     language: Optional[str] = None
     denoise: bool = False
 
@@ -40,9 +41,9 @@ class TrainRequest(BaseModel):
 @router.post("/v1/voices/train")
 async def train_voice(request: Request, state: IngressState = Depends(ingress_state)):
     body, audio = await _parse(request)
-    if body.denoise:
-        raise invalid_request("denoise is not available on this server: send a clean clip", "denoise", "unsupported")
-    job = await state.voice_training().start(state, body.voice_name, audio, body.transcript, body.language)
+    job = await state.voice_training().start(
+        state, body.voice_name, audio, body.transcript, body.language, body.quality, body.denoise
+    )
     return {"task_id": job.task_id, "status": "accepted", "message": f"Training of voice '{body.voice_name}' started"}
 
 
