@@ -43,8 +43,9 @@ def test_the_mlx_front_end_embeds_as_the_numpy_one(reference):
     assert cosine(ours, np.array(embed_mx(encoder, _front(), mx.array(other)))) < 0.95
 
 
-@pytest.mark.slow
-def test_gradient_steps_raise_the_similarity_to_the_reference(kokoro_dir, reference):
+@pytest.fixture(scope="module")
+def fitted(kokoro_dir, reference):
+    """A fit over four stock voices, three steps (a step is seconds of CPU: kept few)."""
     from mlx_audio.tts.utils import load_model
 
     from deployments.audio_models.speaker_encoder import default_encoder
@@ -56,14 +57,21 @@ def test_gradient_steps_raise_the_similarity_to_the_reference(kokoro_dir, refere
     packs = {k: v for k, v in load_packs(kokoro_dir / "voices").items() if k in VOICES}
     fit = KokoroVoiceFit(model, default_encoder(), packs, reference)
     nearest = fit.start()
-    assert fit.stock_similarity[nearest] == max(fit.stock_similarity.values())
     start = fit.similarity()
-    losses = [step.loss for step in fit.steps(6)]
+    losses = [step.loss for step in fit.steps(3)]
+    return fit, nearest, start, losses
+
+
+@pytest.mark.slow
+def test_gradient_steps_raise_the_similarity_to_the_reference(fitted):
+    fit, nearest, start, losses = fitted
+    assert fit.stock_similarity[nearest] == max(fit.stock_similarity.values())
+    assert losses[0] == pytest.approx(1 - start, abs=1e-4)  # the loss is 1 - cosine
     assert losses[-1] < losses[0], losses
-    assert fit.similarity() > start + 0.005, (start, fit.similarity())
+    assert fit.similarity() > start, (start, fit.similarity())
     pack = fit.pack()
     assert pack.shape == (510, 1, 256) and pack.dtype == np.float32
-    assert abs(sum(np.array(fit.blend.weights()).tolist()) - 1.0) < 1e-5
+    assert float(np.array(fit.blend.weights()).sum()) == pytest.approx(1.0, abs=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -74,35 +82,30 @@ async def kokoro_engine(kokoro_dir):
 
 
 @pytest.mark.slow
-async def test_the_engine_streams_the_fit_and_stops_when_the_caller_leaves(kokoro_engine, reference):
-    job = StyleFitJob(audio=reference, steps=40)
-    events = []
-    async for event in kokoro_engine.fit_style(job):
-        events.append(event)
-        if "step" in event:
-            break  # the caller leaves (a cancelled training job) after the first step
-    scored = [e for e in events if "scored" in e]
-    assert [e["scored"] for e in scored] == list(range(1, 55)) and scored[-1]["of"] == 54
-    assert events[-1]["step"] == 0 and 0.0 < events[-1]["loss"] < 1.0
-    assert job.cancelled
-    # The engine thread stops after the step in flight: a synthesis queued now starts within
-    # about one step (not 39 more), and the fit sent nothing after the caller left.
-    started = time.monotonic()
-    audio = [c async for c in kokoro_engine.synthesize(SpeechJob(segments=["Hello."], preset="af_heart"))]
-    assert np.concatenate(audio).size > 0
-    assert time.monotonic() - started < 4 * max(events[-1]["seconds"], 1.0)
-
-
-@pytest.mark.slow
-async def test_a_fitted_pack_is_a_voice_kokoro_speaks_by_path(kokoro_engine, reference, tmp_path):
+async def test_a_fitted_pack_is_a_voice_kokoro_speaks_by_path(kokoro_engine, fitted, tmp_path):
     from deployments.tts.deployment import _voice_pack_file
 
-    events = [e async for e in kokoro_engine.fit_style(StyleFitJob(audio=reference, steps=2))]
-    final = events[-1]
-    assert final["pack"].shape == (510, 1, 256) and final["nearest_voice"] in kokoro_engine.presets
-    assert [e["step"] for e in events if "step" in e] == [0, 1]
     path = tmp_path / "fitted.kokoro.safetensors"
-    path.write_bytes(_voice_pack_file(final["pack"]))
+    path.write_bytes(_voice_pack_file(fitted[0].pack()))
     job = SpeechJob(segments=["Hello there."], conditioning=path)
     audio = np.concatenate([c async for c in kokoro_engine.synthesize(job)])
     assert 0.3 < audio.size / RATE < 5.0 and np.abs(audio).max() > 0.05
+
+
+@pytest.mark.slow
+async def test_the_engine_streams_the_fit_and_stops_when_the_caller_leaves(kokoro_engine, reference):
+    job = StyleFitJob(audio=reference, steps=40)
+    events = []
+    started = time.monotonic()
+    async for event in kokoro_engine.fit_style(job):
+        events.append(event)
+        if len(events) == 2:
+            break  # the caller leaves (a cancelled training job) while the stock voices are scored
+    per_voice = (time.monotonic() - started) / 2
+    assert events == [{"scored": 1, "of": 54}, {"scored": 2, "of": 54}] and job.cancelled
+    # The engine thread stops after the voice in flight: a synthesis queued now starts within
+    # about one more (not 52 more, then 40 steps).
+    started = time.monotonic()
+    audio = [c async for c in kokoro_engine.synthesize(SpeechJob(segments=["Hello."], preset="af_heart"))]
+    assert np.concatenate(audio).size > 0
+    assert time.monotonic() - started < 4 * per_voice + 5
