@@ -25,7 +25,7 @@ STAGES = ("queued", "audio_slicing", "denoising", "feature_extraction", "voice_c
 TRAINING_STAGES = ("voice_conditioning", "style_fitting")  # the same place in the pipeline
 FINAL = ("complete", "failed", "cancelled")
 # style_fitting's steps per `quality` (Kokoro); a step is one forward and backward pass.
-FIT_STEPS = {"fast": 12, "standard": 30, "high": 60}
+FIT_STEPS = {"fast": 8, "standard": 20, "high": 40}
 VOICE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 

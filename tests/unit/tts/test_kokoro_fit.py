@@ -4,6 +4,7 @@ reference, and the engine's fit streams its steps and stops when the caller leav
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -97,10 +98,11 @@ async def test_the_engine_streams_the_fit_and_stops_when_the_caller_leaves(kokor
     job = StyleFitJob(audio=reference, steps=40)
     events = []
     started = time.monotonic()
-    async for event in kokoro_engine.fit_style(job):
-        events.append(event)
-        if len(events) == 2:
-            break  # the caller leaves (a cancelled training job) while the stock voices are scored
+    async with contextlib.aclosing(kokoro_engine.fit_style(job)) as stream:
+        async for event in stream:
+            events.append(event)
+            if len(events) == 2:
+                break  # the caller leaves (a cancelled training job) while the stock voices are scored
     per_voice = (time.monotonic() - started) / 2
     assert events == [{"scored": 1, "of": 54}, {"scored": 2, "of": 54}] and job.cancelled
     # The engine thread stops after the voice in flight: a synthesis queued now starts within
