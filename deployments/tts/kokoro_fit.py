@@ -19,8 +19,9 @@ project's MLX speaker encoder (deployments/audio_models/speaker_encoder.py):
   and its first 201 bins are the 16 kHz FFT's bins (40 Hz apart), so the 16 kHz mel filterbank
   applies to them directly, scaled by (400/600)^2 for the longer window.
 
-Steps are short (one forward and backward pass over a few seconds of speech) and `fit` yields
-after each one, so the caller checks cancellation between steps.
+A step is one forward and backward pass over ~2.5 s of speech (about 40 s of CPU on the
+project's 2-core box, docs/api/speech.md); `steps` and `score_stock` yield after each step or
+stock voice, so the caller checks cancellation between them.
 No Ray here; MLX and mlx-audio's Kokoro.
 """
 
