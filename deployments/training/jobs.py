@@ -1,9 +1,11 @@
 """Voice training jobs as records: stages in OminiX-API's names, progress events, the state
 file that keeps them across an ingress restart. Pure: no Ray, no MLX.
 
-Stages, in order: queued, audio_slicing, denoising, feature_extraction, voice_conditioning
-(what "training" is for a model with a reference encoder: its conditioning computed once),
-registering_voice, then one of complete, failed, cancelled.
+Stages, in order: queued, audio_slicing, denoising, feature_extraction, the training stage,
+registering_voice, then one of complete, failed, cancelled. The training stage is named for
+what it does on the model: voice_conditioning for a model with a reference encoder (pocket_tts:
+its conditioning computed once), style_fitting for Kokoro (a style fitted to the clip step by
+step, each step's loss in `losses`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import Any, Optional
 from deployments.tts.voices import atomic_write
 
 STAGES = ("queued", "audio_slicing", "denoising", "feature_extraction", "voice_conditioning", "registering_voice")
+TRAINING_STAGES = ("voice_conditioning", "style_fitting")  # the same place in the pipeline
 FINAL = ("complete", "failed", "cancelled")
+# style_fitting's steps per `quality` (Kokoro); a step is one forward and backward pass.
+FIT_STEPS = {"fast": 8, "standard": 20, "high": 40}
 VOICE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -34,6 +39,8 @@ class TrainingJob:
     created_at: int = field(default_factory=lambda: int(time.time()))
     completed_at: Optional[int] = None
     error: Optional[str] = None
+    losses: list[dict[str, Any]] = field(default_factory=list)  # style_fitting: {"step", "loss"} each step
+    fit: Optional[dict[str, Any]] = None  # style_fitting's outcome: similarities, nearest stock voice
     version: int = 0  # bumped on every change, for watchers
 
     @property
@@ -44,9 +51,10 @@ class TrainingJob:
     def progress(self) -> float:
         if self.status == "complete":
             return 1.0
-        if self.status not in STAGES:
+        status = STAGES[STAGES.index(TRAINING_STAGES[0])] if self.status in TRAINING_STAGES else self.status
+        if status not in STAGES:
             return 0.0
-        return round((STAGES.index(self.status) + self.stage_progress) / len(STAGES), 3)
+        return round((STAGES.index(status) + self.stage_progress) / len(STAGES), 3)
 
     def status_body(self) -> dict[str, Any]:
         """GET /v1/voices/train/status."""
@@ -61,6 +69,8 @@ class TrainingJob:
             body["completed_at"] = self.completed_at
         if self.error is not None:
             body["error"] = self.error
+        if self.fit is not None:
+            body["fit"] = self.fit
         return body
 
     def event(self) -> dict[str, Any]:
@@ -73,6 +83,10 @@ class TrainingJob:
             "message": self.message,
             "is_complete": self.is_complete,
         }
+        if self.losses:
+            event["losses"] = list(self.losses)
+        if self.fit is not None:
+            event["fit"] = self.fit
         if self.error is not None:
             event["error"] = self.error
         return event

@@ -28,7 +28,7 @@ from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
 from deployments.slot_replica import SlotReplica
 from deployments.tts.config import TTSSlotConfig
-from deployments.tts.engine import SpeechJob, TTSEngine
+from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
 from deployments.tts.voice_store import VoiceMirror, pull
@@ -190,6 +190,8 @@ class TTSSlot(SlotReplica):
             voice = await self._voice(engine, params.voice)
             if voice.preset is not None:
                 job.preset = voice.preset
+            elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
+                job.conditioning = voice.conditioning  # trained for this model (Kokoro's fitted style)
             else:
                 engine = await self._cloning_engine(engine)
                 if voice.conditioning is not None and voice.conditioning_model == engine.model_id:
@@ -324,6 +326,41 @@ class TTSSlot(SlotReplica):
         )
         return {"ref_audio": stored[wav], "conditioning": stored[cached], "conditioning_model": engine.model_id}
 
+    async def fit_voice(
+        self,
+        name: str,
+        samples: bytes,
+        steps: int,
+        language: Optional[str] = None,
+        base_voices: Optional[list[str]] = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Voice training on Kokoro (a streamed call): the engine's fitting events (stock voices
+        scored, then one loss per step), then the fitted pack stored with the reference as
+        `<name>.kokoro.safetensors` (a voice file Kokoro loads by path, `_store_files`), and a
+        last event carrying the files for `register_trained_voice`. Runs on this replica's
+        engine thread: syntheses on other replicas go on; closing the stream stops the fit."""
+        engine = await self.engine()
+        audio = np.frombuffer(samples, dtype="<f4")
+        voices = self.registry.path.parent / "voices"
+        stock = voices / f".{engine.model_id.replace('/', '--')}.stock-ge2e.npz"
+        job = StyleFitJob(audio=audio, steps=steps, language=language, stock_cache=stock, base_voices=base_voices)
+        result = None
+        async for event in engine.fit_style(job):
+            if "pack" in event:
+                result = event
+            else:
+                yield event
+        if result is None:  # the engine stopped early: the caller left
+            return
+        # Stored as cache_conditioning stores: in the cluster's registry when there is one (the
+        # registration may reach a replica on another node), else beside the registry file.
+        wav, cached = f"{name}.wav", f"{name}.{engine.model_type}.safetensors"
+        stored = await self._store_files(
+            {wav: encode_wav(audio, engine.sample_rate), cached: _voice_pack_file(result.pop("pack"))}
+        )
+        files = {"ref_audio": stored[wav], "conditioning": stored[cached], "conditioning_model": engine.model_id}
+        yield {**result, "files": files}
+
     async def register_trained_voice(
         self, name: str, files: dict[str, str], ref_text: str = "", language: Optional[str] = None
     ) -> dict[str, Any]:
@@ -353,3 +390,10 @@ class TTSSlot(SlotReplica):
 
     def stats(self) -> dict:
         return {e.model_id: self.engine_summary(e) for e in self.models.engines()}
+
+
+def _voice_pack_file(pack: np.ndarray) -> bytes:
+    """A Kokoro voice pack as the .safetensors mlx-audio's Kokoro loads (key "voice")."""
+    from safetensors.numpy import save
+
+    return save({"voice": np.ascontiguousarray(pack, dtype=np.float32)})

@@ -15,6 +15,7 @@ import pytest
 from deployments.audio.encode import encode_wav
 from deployments.ingress.app import create_app
 from deployments.ingress.serving.training import VoiceTraining
+from deployments.training.jobs import FIT_STEPS
 from graphs.config import GraphArgs
 from tests.assertions import assert_openai_error
 from tests.ingress import fakes
@@ -179,7 +180,7 @@ async def test_jobs_survive_a_restart_and_a_running_one_is_failed(http, state, r
         (body(voice_name="bad name"), "voice_name"),
         (body(voice_name="x" * 65), "voice_name"),
         (body(quality="best"), "quality"),
-        (body(denoise=True), "denoise"),
+        (body(denoise="maybe"), "denoise"),
         ({"voice_name": "a"}, "audio"),
     ],
 )
@@ -204,9 +205,129 @@ async def test_audio_that_cannot_be_used_fails_the_job_with_the_reason(http):
         assert final["stage"] == "failed" and reason in final["error"], final
 
 
-async def test_a_tts_model_without_a_reference_encoder_is_a_400(slots, http):
-    slots["tts"].answers["describe"] = lambda model=None: {**fakes.tts_facts(), "model_type": "kokoro"}
+async def test_a_tts_model_that_cannot_be_trained_is_a_400(slots, http):
+    slots["tts"].answers["describe"] = lambda model=None: {**fakes.tts_facts(), "model_type": "vibevoice"}
     assert_openai_error(await http.post("/v1/voices/train", json=body()), 400, code="training_unsupported")
+
+
+async def test_denoise_runs_the_denoiser_on_the_clip(http, recorder):
+    quiet, noisy = body(transcript="x"), body(transcript="x", voice_name="noisy", denoise=True)
+    for request in (quiet, noisy):  # (the denoising stage passes too quickly to be seen in events)
+        assert (await events(http, (await http.post("/v1/voices/train", json=request)).json()["task_id"]))[-1][
+            "stage"
+        ] == "complete"
+    (_, plain), (_, denoised) = recorder.conditioned
+    assert len(plain) == len(denoised) and plain != denoised
+
+
+# ------------------------------------------------------------------ Kokoro: style fitting
+
+
+class Fitter:
+    """The TTS slot's streamed `fit_voice` (Kokoro), its events each after `delay_s`."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+        self.calls: list[tuple] = []
+
+    def fit_voice(self, name, samples, steps, language, base_voices=None, model=None):
+        self.calls.append((name, len(samples) // 4, steps, language))
+        self.base_voices = base_voices
+        events = [{"scored": i, "of": 3} for i in (1, 2, 3)]
+        events += [{"step": i, "loss": round(0.3 - 0.01 * i, 4), "seconds": 0.1} for i in range(steps)]
+        files = {"ref_audio": f"/v/{name}.wav", "conditioning": f"/v/{name}.kokoro.safetensors"}
+        result = {"nearest_voice": "am_adam", "nearest_similarity": 0.7, "start_similarity": 0.72, "similarity": 0.8}
+        events.append({**result, "weights": {"am_adam": 0.9}, "files": {**files, "conditioning_model": "kokoro"}})
+        return (asyncio.sleep(self.delay_s, result=e) for e in events)  # made as they are read
+
+
+@pytest.fixture
+def kokoro_slots(slots, recorder):
+    fitter = Fitter()
+    slots["tts"].answers.update(
+        describe=lambda model=None: {
+            **fakes.tts_facts(),
+            "model": "kokoro",
+            "model_type": "kokoro",
+            "presets": ["af_heart", "am_adam", "bm_george"],
+        },
+        fit_voice=fitter.fit_voice,
+    )
+    slots["tts"].fitter = fitter
+    return slots
+
+
+async def test_kokoro_fits_a_style_reporting_each_steps_loss(kokoro_slots, http, recorder):
+    kokoro_slots["tts"].fitter.delay_s = 0.05  # slow enough for the progress stream to see steps
+    r = await http.post("/v1/voices/train", json=body(transcript="Hello.", quality="fast", language="en"))
+    assert r.status_code == 200, r.text
+    seen = await events(http, r.json()["task_id"])
+    stages = [e["stage"] for e in seen]
+    assert "style_fitting" in stages and "voice_conditioning" not in stages and stages[-1] == "complete"
+    steps = FIT_STEPS["fast"]
+    ((name, samples, n_steps, language),) = kokoro_slots["tts"].fitter.calls
+    assert (name, n_steps, language) == ("narrator", steps, "en") and abs(samples - 2 * RATE) < RATE // 50
+    final = seen[-1]
+    assert [loss["step"] for loss in final["losses"]] == list(range(steps))
+    assert final["losses"][0] == {"step": 0, "loss": 0.3} and final["fit"]["similarity"] == 0.8
+    assert "0.800" in final["message"] and "am_adam" in final["message"]
+    fitting = [e for e in seen if e["stage"] == "style_fitting"]
+    progress = [e["stage_progress"] for e in fitting]
+    assert progress == sorted(progress) and len(fitting) >= 2
+    name, files, ref_text, language = recorder.registered[0]
+    assert (name, files["conditioning"], ref_text) == ("narrator", "/v/narrator.kokoro.safetensors", "Hello.")
+    assert not recorder.conditioned  # Kokoro has no reference encoder to call
+
+
+async def test_quality_chooses_the_number_of_steps(kokoro_slots, http):
+    for quality in ("high", "standard"):
+        task_id = (await http.post("/v1/voices/train", json=body(transcript="x", quality=quality))).json()["task_id"]
+        await events(http, task_id)
+    assert [c[2] for c in kokoro_slots["tts"].fitter.calls] == [FIT_STEPS["high"], FIT_STEPS["standard"]]
+
+
+async def test_steps_and_base_voices_narrow_a_fit_json_and_multipart(kokoro_slots, http):
+    fitter = kokoro_slots["tts"].fitter
+    r = await http.post("/v1/voices/train", json=body(transcript="x", steps=3, base_voices=["am_adam", "bm_george"]))
+    assert r.status_code == 200, r.text
+    assert (await events(http, r.json()["task_id"]))[-1]["stage"] == "complete"
+    assert fitter.calls[-1][2] == 3 and fitter.base_voices == ["am_adam", "bm_george"]
+    form = {"voice_name": "narrator2", "transcript": "x", "steps": "2", "base_voices": "af_heart, am_adam"}
+    r = await http.post("/v1/voices/train", data=form, files={"audio": ("clip.wav", clip())})
+    assert r.status_code == 200, r.text
+    assert (await events(http, r.json()["task_id"]))[-1]["stage"] == "complete"
+    assert fitter.calls[-1][2] == 2 and fitter.base_voices == ["af_heart", "am_adam"]
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"base_voices": ["am_adam", "nobody"]}, "base_voices"),
+        ({"steps": 0}, "steps"),
+        ({"base_voices": []}, "base_voices"),
+    ],
+)
+async def test_bad_fit_options_are_400s_and_start_no_job(kokoro_slots, http, extra, param):
+    r = await http.post("/v1/voices/train", json=body(transcript="x", **extra))
+    assert_openai_error(r, 400, param)
+    assert not kokoro_slots["tts"].fitter.calls
+
+
+async def test_cancelling_a_fit_stops_the_slots_stream_at_once(kokoro_slots, http, recorder):
+    kokoro_slots["tts"].fitter.delay_s = 0.2
+    task_id = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    for _ in range(200):
+        job = (await http.get("/v1/voices/train/status", params={"task_id": task_id})).json()
+        if job["status"] == "style_fitting" and job["progress"] > 0.7:  # scoring done, stepping
+            break
+        await asyncio.sleep(0.02)
+    started = time.monotonic()
+    assert (await http.post("/v1/voices/train/cancel", params={"task_id": task_id})).status_code == 200
+    final = (await events(http, task_id))[-1]
+    assert final["stage"] == "cancelled" and final["losses"]  # the steps done so far stay visible
+    assert time.monotonic() - started < 1.0
+    await asyncio.sleep(0.05)
+    assert kokoro_slots["tts"].streams[-1].cancelled and not recorder.registered
 
 
 async def test_a_quiet_job_sends_keep_alives(http, state, recorder):

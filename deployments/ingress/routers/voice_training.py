@@ -25,9 +25,22 @@ class TrainRequest(BaseModel):
     voice_name: str
     audio: str = Field(..., description="base64 audio (JSON); the uploaded file (multipart)")
     transcript: Optional[str] = None
-    quality: Literal["fast", "standard", "high"] = "standard"  # one conditioning whatever the tier
+    # Kokoro: the number of fitting steps; pocket_tts: one conditioning whatever the tier.
+    quality: Literal["fast", "standard", "high"] = "standard"
     language: Optional[str] = None
     denoise: bool = False
+    # Kokoro only (extensions of OminiX-API's request): the steps instead of `quality`'s, and
+    # the stock voices the fitted style may blend (default: all). Fewer voices score faster: the
+    # first job scores every candidate once (docs/api/speech.md, "Kokoro: style fitting").
+    steps: Optional[int] = Field(None, ge=1, le=200)
+    base_voices: Optional[list[str]] = Field(None, min_length=1)
+
+    @field_validator("base_voices", mode="before")
+    @classmethod
+    def _voices(cls, value):
+        if isinstance(value, str):  # a multipart form field: comma-separated names
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
 
     @field_validator("voice_name")
     @classmethod
@@ -40,9 +53,17 @@ class TrainRequest(BaseModel):
 @router.post("/v1/voices/train")
 async def train_voice(request: Request, state: IngressState = Depends(ingress_state)):
     body, audio = await _parse(request)
-    if body.denoise:
-        raise invalid_request("denoise is not available on this server: send a clean clip", "denoise", "unsupported")
-    job = await state.voice_training().start(state, body.voice_name, audio, body.transcript, body.language)
+    job = await state.voice_training().start(
+        state,
+        body.voice_name,
+        audio,
+        body.transcript,
+        body.language,
+        body.quality,
+        body.denoise,
+        steps=body.steps,
+        base_voices=body.base_voices,
+    )
     return {"task_id": job.task_id, "status": "accepted", "message": f"Training of voice '{body.voice_name}' started"}
 
 

@@ -1,16 +1,23 @@
-"""Voice training jobs on the ingress (OminiX-API's /v1/voices/train*), for TTS models with a
-reference encoder (pocket_tts): the pipeline is a composition above the slots.
+"""Voice training jobs on the ingress (OminiX-API's /v1/voices/train*): the pipeline is a
+composition above the slots, for the TTS slot's default model when it is pocket_tts (a model
+with a reference encoder) or Kokoro (a style fitted to the clip).
 
 - audio_slicing: decode the clip at the TTS model's rate, cut leading and trailing silence,
   keep at most 30 s (1 s at least);
-- denoising: not available here (a request asking for it is a 400), so the stage is skipped;
+- denoising: when asked (`denoise: true`), stationary noise gated out (deployments/audio/
+  denoise.py), in a worker thread; skipped otherwise;
 - feature_extraction: the transcript as given, else the ASR slot's transcript of the clip;
-- voice_conditioning: the TTS slot computes the model's conditioning once and caches it
-  (.safetensors next to the registry), so syntheses with the voice skip the reference encoder;
+- the training stage, named for what it does:
+  - voice_conditioning (pocket_tts): the TTS slot computes the model's conditioning once and
+    caches it (.safetensors next to the registry), so syntheses skip the reference encoder;
+  - style_fitting (Kokoro): one TTS replica fits a style to the clip (deployments/tts/
+    kokoro_fit.py), streaming one loss per step (the events' `losses`); `quality` sets the
+    number of steps; the fitted voice pack is stored next to the registry;
 - registering_voice: the voice into the registry file, atomically; every replica uses it.
 
 One job runs at a time (a second is a 409); cancelling ends it at once, whatever its stage
-(the slot call in flight is cancelled with it). Jobs are records in a state file.
+(the slot call in flight is cancelled with it; a fit stops after its current step). Jobs are
+records in a state file.
 """
 
 from __future__ import annotations
@@ -22,12 +29,15 @@ from typing import Any, Optional
 import numpy as np
 
 from deployments.audio.decode import AudioDecodeError, decode_audio
+from deployments.audio.denoise import denoise
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.transcription import TranscriptionParams
-from deployments.training.jobs import JobStore, TrainingJob
+from deployments.training.jobs import FIT_STEPS, JobStore, TrainingJob
 
 MIN_SECONDS, MAX_SECONDS = 1.0, 30.0
+TRAINABLE = ("pocket_tts", "kokoro")  # model types with a training stage
+SCORING_SHARE = 0.2  # style_fitting's stage_progress spent scoring the stock voices
 SILENCE = 0.01  # peak-relative amplitude under which the clip's ends count as silence
 
 
@@ -53,7 +63,16 @@ class VoiceTraining:
         return job
 
     async def start(
-        self, state: IngressState, voice_name: str, audio: bytes, transcript: Optional[str], language: Optional[str]
+        self,
+        state: IngressState,
+        voice_name: str,
+        audio: bytes,
+        transcript: Optional[str],
+        language: Optional[str],
+        quality: str = "standard",
+        denoise: bool = False,
+        steps: Optional[int] = None,
+        base_voices: Optional[list[str]] = None,
     ) -> TrainingJob:
         running = self.store.active()
         if running is not None:
@@ -65,16 +84,26 @@ class VoiceTraining:
                 "training_in_progress",
             )
         facts = await state.slot("tts").call("describe")
-        if facts["model_type"] != "pocket_tts":
+        if facts["model_type"] not in TRAINABLE:
             raise invalid_request(
-                f"The TTS slot's default model '{facts['model']}' ({facts['model_type']}) has no reference encoder "
-                "to train a voice for; voice training runs on pocket_tts models (e.g. ominix-tiny-pocket-tts)",
+                f"The TTS slot's default model '{facts['model']}' ({facts['model_type']}) cannot be trained: "
+                "voice training runs on Kokoro (a fitted style) and pocket_tts (a reference encoder)",
                 "model",
                 "training_unsupported",
             )
+        unknown = sorted(set(base_voices or ()) - set(facts.get("presets") or ()))
+        if unknown:
+            raise invalid_request(
+                f"base_voices: {', '.join(unknown)} not among the stock voices of '{facts['model']}'",
+                "base_voices",
+                "voice_not_found",
+            )
         job = TrainingJob(voice_name=voice_name)
         self.store.add(job)
-        self.tasks[job.task_id] = asyncio.create_task(self._run(state, job, audio, transcript, language, facts))
+        options = {"quality": quality, "denoise": denoise, "steps": steps, "base_voices": base_voices}
+        self.tasks[job.task_id] = asyncio.create_task(
+            self._run(state, job, audio, transcript, language, facts, options)
+        )
         return job
 
     def cancel(self, task_id: str) -> dict[str, Any]:
@@ -105,17 +134,20 @@ class VoiceTraining:
 
     # ------------------------------------------------------------------ the pipeline
 
-    async def _run(self, state, job, audio, transcript, language, facts) -> None:
+    async def _run(self, state, job, audio, transcript, language, facts, options) -> None:
         try:
             samples = await self._slice(job, audio, facts["sample_rate"])
-            self.store.update(job, status="denoising", stage_progress=0.0, message="Skipped: no denoiser here")
+            samples = await self._denoise(job, samples, facts["sample_rate"], options["denoise"])
             transcript = await self._transcript(state, job, audio, transcript, language)
-            self._stage(job, "voice_conditioning", "Computing the voice's conditioning once (reference encoder)")
             tts = state.slot("tts")
-            files = await tts.call("cache_conditioning", job.voice_name, samples.astype("<f4").tobytes())
+            if facts["model_type"] == "kokoro":
+                files = await self._fit_style(tts, job, samples, options, language)
+            else:
+                self._stage(job, "voice_conditioning", "Computing the voice's conditioning once (reference encoder)")
+                files = await tts.call("cache_conditioning", job.voice_name, samples.astype("<f4").tobytes())
             self._stage(job, "registering_voice", "Registering the voice")
             await tts.call("register_trained_voice", job.voice_name, files, transcript or "", language)
-            self.store.update(job, status="complete", stage_progress=1.0, message=f"Voice '{job.voice_name}' is ready")
+            self.store.update(job, status="complete", stage_progress=1.0, message=self._ready(job))
         except asyncio.CancelledError:
             if not job.is_complete:
                 self.store.update(job, status="cancelled", message="Cancelled")
@@ -124,6 +156,16 @@ class VoiceTraining:
             self.store.update(job, status="failed", message=f"Training failed: {reason}", error=reason)
         finally:
             self.tasks.pop(job.task_id, None)
+
+    @staticmethod
+    def _ready(job: TrainingJob) -> str:
+        message = f"Voice '{job.voice_name}' is ready"
+        if job.fit:
+            message += (
+                f": speaker similarity {job.fit['similarity']:.3f} to the clip (nearest stock voice "
+                f"{job.fit['nearest_voice']}: {job.fit['nearest_similarity']:.3f})"
+            )
+        return message
 
     def _stage(self, job: TrainingJob, stage: str, message: str) -> None:
         self.store.update(job, status=stage, stage_progress=0.0, message=message)
@@ -138,6 +180,38 @@ class VoiceTraining:
         if samples.size < MIN_SECONDS * rate:
             raise invalid_request(f"The clip has less than {MIN_SECONDS:g} s of sound", "audio")
         return samples
+
+    async def _denoise(self, job: TrainingJob, samples: np.ndarray, rate: int, wanted: bool) -> np.ndarray:
+        if not wanted:
+            self._stage(job, "denoising", "Skipped: not asked for (denoise: false)")
+            return samples
+        self._stage(job, "denoising", "Gating out stationary noise (spectral gating)")
+        return await asyncio.to_thread(denoise, samples, rate)
+
+    async def _fit_style(self, tts, job: TrainingJob, samples: np.ndarray, options: dict, language) -> dict:
+        """Kokoro's training stage: the TTS slot's streamed fit, its events into the job."""
+        steps = options["steps"] or FIT_STEPS[options["quality"]]
+        self._stage(job, "style_fitting", "Scoring Kokoro's stock voices against the clip (speaker embeddings)")
+        audio = samples.astype("<f4").tobytes()
+        stream = await tts.stream("fit_voice", job.voice_name, audio, steps, language, options["base_voices"])
+        files = None
+        async for event in stream.chunks():
+            if "scored" in event:
+                done = SCORING_SHARE * event["scored"] / event["of"]
+                self.store.update(job, stage_progress=round(done, 3))
+            elif "step" in event:
+                job.losses.append({"step": event["step"], "loss": event["loss"]})
+                self.store.update(
+                    job,
+                    stage_progress=round(SCORING_SHARE + (1 - SCORING_SHARE) * (event["step"] + 1) / steps, 3),
+                    message=f"Fitting the style: step {event['step'] + 1}/{steps}, loss {event['loss']:.4f}",
+                )
+            elif "files" in event:
+                files = event.pop("files")
+                self.store.update(job, fit=event)
+        if files is None:
+            raise RuntimeError("the TTS slot ended the fit without a voice")
+        return files
 
     async def _transcript(self, state, job, audio, transcript, language) -> Optional[str]:
         if transcript:

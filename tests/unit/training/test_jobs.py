@@ -17,6 +17,16 @@ def test_progress_follows_the_stages():
     assert set(job.event()) == {"task_id", "stage", "progress", "stage_progress", "message", "is_complete"}
 
 
+def test_style_fitting_is_the_training_stage_and_its_losses_are_in_the_events():
+    job = TrainingJob(voice_name="v", status="style_fitting", stage_progress=0.5)
+    assert job.progress == TrainingJob(voice_name="v", status="voice_conditioning", stage_progress=0.5).progress
+    assert 0.5 < job.progress < 1.0
+    job.losses.append({"step": 0, "loss": 0.25})
+    job.fit = {"similarity": 0.8}
+    assert job.event()["losses"] == [{"step": 0, "loss": 0.25}] and job.event()["fit"] == {"similarity": 0.8}
+    assert job.status_body()["fit"] == {"similarity": 0.8} and "losses" not in job.status_body()
+
+
 def test_the_state_file_keeps_finished_jobs_and_fails_interrupted_ones(tmp_path):
     store = JobStore(tmp_path / "jobs.json")
     done, running = TrainingJob(voice_name="a"), TrainingJob(voice_name="b")

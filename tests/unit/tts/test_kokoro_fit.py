@@ -1,0 +1,113 @@
+"""Kokoro voice fitting (deployments/tts/kokoro_fit.py) in process: the MLX speaker-embedding
+front end agrees with the numpy one, gradient steps through Kokoro raise the similarity to a
+reference, and the engine's fit streams its steps and stops when the caller leaves."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+import pytest
+
+from deployments.tts import kokoro
+from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
+from tests.speech import speak
+
+RATE = 24000
+# A few stock voices of both genders: enough for a blend, quick to score.
+VOICES = ("af_heart", "af_bella", "am_adam", "am_michael", "bf_emma", "bm_george")
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    """A voice no stock Kokoro voice has: espeak-ng's, at Kokoro's rate."""
+    return speak("I would like to book a table for two people at eight tonight, please.", RATE, "en-us+m3")
+
+
+@pytest.fixture(scope="session")
+def kokoro_dir(cache_dir):
+    return kokoro.ensure_kokoro(cache_dir)
+
+
+def test_the_mlx_front_end_embeds_as_the_numpy_one(reference):
+    import mlx.core as mx
+
+    from deployments.audio_models.speaker_encoder import cosine, default_encoder
+    from deployments.tts.kokoro_fit import _front, embed_mx
+
+    encoder = default_encoder()
+    ours = np.array(embed_mx(encoder, _front(), mx.array(reference)))
+    assert cosine(ours, encoder.embed_utterance(reference, RATE)) > 0.999
+    # and it tells voices apart as the numpy path does: not a constant
+    other = speak("I would like to book a table for two people at eight tonight, please.", RATE, "en-us+f4")
+    assert cosine(ours, np.array(embed_mx(encoder, _front(), mx.array(other)))) < 0.95
+
+
+@pytest.fixture(scope="module")
+def fitted(kokoro_dir, reference):
+    """A fit over four stock voices, three steps (a step is seconds of CPU: kept few)."""
+    from mlx_audio.tts.utils import load_model
+
+    from deployments.audio_models.speaker_encoder import default_encoder
+    from deployments.tts import model_hooks
+    from deployments.tts.kokoro_fit import KokoroVoiceFit, load_packs
+
+    model_hooks.before_load(kokoro_dir)
+    model = load_model(kokoro_dir)
+    packs = {k: v for k, v in load_packs(kokoro_dir / "voices").items() if k in VOICES}
+    fit = KokoroVoiceFit(model, default_encoder(), packs, reference)
+    nearest = fit.start()
+    start = fit.similarity()
+    losses = [step.loss for step in fit.steps(3)]
+    return fit, nearest, start, losses
+
+
+@pytest.mark.slow
+def test_gradient_steps_raise_the_similarity_to_the_reference(fitted):
+    fit, nearest, start, losses = fitted
+    assert fit.stock_similarity[nearest] == max(fit.stock_similarity.values())
+    assert losses[0] == pytest.approx(1 - start, abs=1e-4)  # the loss is 1 - cosine
+    assert losses[-1] < losses[0], losses
+    assert fit.similarity() > start, (start, fit.similarity())
+    pack = fit.pack()
+    assert pack.shape == (510, 1, 256) and pack.dtype == np.float32
+    assert float(np.array(fit.blend.weights()).sum()) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+async def kokoro_engine(kokoro_dir):
+    engine = await TTSEngine.start(kokoro.KOKORO_TTS_ID, kokoro_dir)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.mark.slow
+async def test_a_fitted_pack_is_a_voice_kokoro_speaks_by_path(kokoro_engine, fitted, tmp_path):
+    from deployments.tts.deployment import _voice_pack_file
+
+    path = tmp_path / "fitted.kokoro.safetensors"
+    path.write_bytes(_voice_pack_file(fitted[0].pack()))
+    job = SpeechJob(segments=["Hello there."], conditioning=path)
+    audio = np.concatenate([c async for c in kokoro_engine.synthesize(job)])
+    assert 0.3 < audio.size / RATE < 5.0 and np.abs(audio).max() > 0.05
+
+
+@pytest.mark.slow
+async def test_the_engine_streams_the_fit_and_stops_when_the_caller_leaves(kokoro_engine, reference):
+    job = StyleFitJob(audio=reference, steps=40)
+    events = []
+    started = time.monotonic()
+    async with contextlib.aclosing(kokoro_engine.fit_style(job)) as stream:
+        async for event in stream:
+            events.append(event)
+            if len(events) == 2:
+                break  # the caller leaves (a cancelled training job) while the stock voices are scored
+    per_voice = (time.monotonic() - started) / 2
+    assert events == [{"scored": 1, "of": 54}, {"scored": 2, "of": 54}] and job.cancelled
+    # The engine thread stops after the voice in flight: a synthesis queued now starts within
+    # about one more (not 52 more, then 40 steps).
+    started = time.monotonic()
+    audio = [c async for c in kokoro_engine.synthesize(SpeechJob(segments=["Hello."], preset="af_heart"))]
+    assert np.concatenate(audio).size > 0
+    assert time.monotonic() - started < 4 * per_voice + 5

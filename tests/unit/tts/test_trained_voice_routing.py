@@ -1,0 +1,61 @@
+"""Which engine speaks a trained voice (TTSSlot._job, without Ray): a voice fitted for Kokoro is
+spoken by Kokoro from its pack, even where the slot sends recordings to its clone model; a voice
+trained for another model goes to that path as any recording does."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from deployments.protocol.speech import SynthesisParams
+from deployments.tts.config import TTSSlotConfig
+from deployments.tts.deployment import TTSSlot
+from deployments.tts.engine import Capabilities
+from deployments.tts.voices import VoiceEntry, VoiceRegistry
+
+
+def engine(model_id: str, clone: bool):
+    return SimpleNamespace(
+        model_id=model_id,
+        sample_rate=24000,
+        presets=["af_heart"] if not clone else ["alba"],
+        default_preset=None,
+        preset_aliases={},
+        capabilities=Capabilities(clone=clone),
+        check_job=lambda job: None,
+    )
+
+
+@pytest.fixture
+def slot(tmp_path):
+    slot = object.__new__(TTSSlot.func_or_class)
+    slot.config = TTSSlotConfig(default_model="kokoro", clone_model="pocket")
+    slot.registry = VoiceRegistry(tmp_path / "voices.json")
+    slot.voices_dir, slot.startup_voice = None, None
+    cloner = engine("pocket", clone=True)
+
+    async def get(model_id):
+        assert model_id == "pocket"
+        return cloner
+
+    slot.models = SimpleNamespace(get=get)
+    (tmp_path / "a.wav").write_bytes(b"")
+    for name, model in (("fitted", "kokoro"), ("conditioned", "pocket")):
+        pack = tmp_path / f"{name}.safetensors"
+        pack.write_bytes(b"")
+        slot.registry.register(
+            name, VoiceEntry(ref_audio=str(tmp_path / "a.wav"), conditioning=str(pack), conditioning_model=model)
+        )
+    return slot
+
+
+async def test_a_voice_fitted_for_kokoro_is_spoken_by_kokoro_from_its_pack(slot, monkeypatch):
+    import ray.serve
+
+    monkeypatch.setattr(ray.serve, "get_multiplexed_model_id", lambda: "")
+    kokoro = engine("kokoro", clone=False)
+    chosen, job = await slot._job(kokoro, SynthesisParams(text="Hi.", voice="fitted"))
+    assert chosen is kokoro and job.conditioning.name == "fitted.safetensors" and job.ref_audio is None
+    chosen, job = await slot._job(kokoro, SynthesisParams(text="Hi.", voice="conditioned"))
+    assert chosen.model_id == "pocket" and job.conditioning.name == "conditioned.safetensors"
