@@ -12,20 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "performance.md"
-SCENARIOS = (
-    "llm",
-    "asr",
-    "tts",
-    "memory",
-    "prefix",
-    "asr_stream",
-    "embeddings",
-    "agent",
-    "vad",
-    "mixed",
-    "asr_peers",
-    "tts_peers",
-)
+# The scenarios are the page's own: every `<!-- bench:<scenario> -->` block it has (no second
+# list of them to keep next to bench/__main__.py's).
+MARKER = re.compile(r"<!-- bench:(\w+) -->")
 
 
 def block(scenario: str, results: Path = RESULTS, page: Path = PAGE) -> str:
@@ -60,7 +49,7 @@ def _blas(machine: dict) -> str:
 
 def update(text: str, results: Path = RESULTS, page: Path = PAGE) -> str:
     """`text` with every scenario's marked block replaced by its latest results."""
-    for scenario in SCENARIOS:
+    for scenario in dict.fromkeys(MARKER.findall(text)):
         pattern = re.compile(rf"(<!-- bench:{scenario} -->\n).*?(<!-- /bench:{scenario} -->)", re.S)
         text = pattern.sub(lambda mt: mt.group(1) + block(scenario, results, page) + "\n" + mt.group(2), text)
     return text
