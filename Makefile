@@ -43,8 +43,16 @@ status:
 	RAY_AUTH_MODE=token $(VENV)/bin/serve status
 	RAY_AUTH_MODE=token $(VENV)/bin/ray status
 
+# The in-process tests (tests/unit, tests/ingress) run on one worker per core, a file per worker
+# (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once); the end-to-end tests
+# run one after the other on one graph that holds the machine's real resources. Both halves run
+# and report, and the target fails if either failed.
+TEST_WORKERS ?= auto
 test: setup
-	$(VENV)/bin/python -m pytest
+	@status=0; \
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests/unit tests/ingress $(PYTEST_ARGS) || status=$$?; \
+	$(VENV)/bin/python -m pytest tests/e2e $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 # ruff's lint rules, import order and formatting (pyproject.toml); CI runs it before the tests.
 lint: setup
