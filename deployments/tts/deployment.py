@@ -337,8 +337,9 @@ class TTSSlot(SlotReplica):
         """Voice training on Kokoro (a streamed call): the engine's fitting events (stock voices
         scored, then one loss per step), then the fitted pack stored with the reference as
         `<name>.kokoro.safetensors` (a voice file Kokoro loads by path, `_store_files`), and a
-        last event carrying the files for `register_trained_voice`. Runs on this replica's
-        engine thread: syntheses on other replicas go on; closing the stream stops the fit."""
+        last event carrying the files for `register_trained_voice`. Runs in a child process of
+        this replica (deployments/tts/fit_process.py): syntheses go on, here too; closing the
+        stream kills it at once."""
         engine = await self.engine()
         audio = np.frombuffer(samples, dtype="<f4")
         voices = self.registry.path.parent / "voices"

@@ -59,11 +59,11 @@ class ConditioningJob(Message):
     audio: np.ndarray  # float32 mono at the model's rate
 
 
-@dataclass(eq=False)
-class StyleFitJob(Message):
-    """Voice training on Kokoro: a style fitted to a reference (deployments/tts/kokoro_fit.py),
-    streamed as events: {"scored", "of"} per stock voice scored, {"step", "loss"} per step,
-    then {"pack", ...} with the fitted voice pack."""
+@dataclass
+class StyleFitJob:
+    """Voice training on Kokoro: a style fitted to a reference (deployments/tts/kokoro_fit.py)
+    in a child process (deployments/tts/fit_process.py), streamed as events: {"scored", "of"}
+    per stock voice scored, {"step", "loss"} per step, then {"pack", ...} with the fitted pack."""
 
     audio: np.ndarray  # float32 mono at the model's rate
     steps: int
@@ -120,8 +120,6 @@ class TTSEngine(EngineThread[SpeechJob]):
         self.preset_aliases: dict[str, str] = {}  # other names of presets (OpenAI's, for Kokoro)
         self.capabilities = Capabilities()
         self.stats = EngineStats()
-        # Kokoro's stock voices' speaker embeddings (per fitting sentence), for voice training.
-        self._stock_embeddings: dict[str, dict[str, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -149,9 +147,15 @@ class TTSEngine(EngineThread[SpeechJob]):
         return self.submit(ConditioningJob(audio=audio))
 
     def fit_style(self, job: StyleFitJob) -> AsyncIterator[dict]:
-        """Kokoro voice training's events (see StyleFitJob). Leaving the iterator stops the
-        fit after the current step (a step is one forward and backward pass: ~seconds)."""
-        return self.stream(job)
+        """Kokoro voice training's events (see StyleFitJob), from a child process: leaving the
+        iterator kills it at once, and this engine's syntheses go on while it fits."""
+        from deployments.tts.fit_process import fit_in_child
+
+        if self.model_type != "kokoro":
+            raise invalid_request(
+                f"Model '{self.model_id}' ({self.model_type}) has no style to fit", "model", "training_unsupported"
+            )
+        return fit_in_child(self.model_dir, job.audio, job.steps, job.language, job.stock_cache, job.base_voices)
 
     def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
         """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
@@ -183,11 +187,9 @@ class TTSEngine(EngineThread[SpeechJob]):
             time.perf_counter() - t0,
         )
 
-    def _handle(self, job: SpeechJob | ConditioningJob | StyleFitJob) -> Optional[np.ndarray]:
+    def _handle(self, job: SpeechJob | ConditioningJob) -> Optional[np.ndarray]:
         if isinstance(job, ConditioningJob):
             return self._conditioning(job.audio)
-        if isinstance(job, StyleFitJob):
-            return self._fit_style(job)
         self.stats.jobs += 1
         self.stats.active += 1
         try:
@@ -226,45 +228,6 @@ class TTSEngine(EngineThread[SpeechJob]):
         prompt = encode(mx.array(audio, dtype=mx.float32)[None, None, :])
         mx.eval(prompt)
         return np.array(prompt, dtype=np.float32)
-
-    def _fit_style(self, job: StyleFitJob) -> None:
-        from deployments.audio_models.speaker_encoder import default_encoder
-        from deployments.tts import kokoro_fit
-
-        if self.model_type != "kokoro":
-            raise invalid_request(
-                f"Model '{self.model_id}' ({self.model_type}) has no style to fit", "model", "training_unsupported"
-            )
-        packs = kokoro_fit.load_packs(self.model_dir / "voices")
-        if job.base_voices:
-            packs = {name: pack for name, pack in packs.items() if name in job.base_voices}
-        lang = model_hooks.kokoro_lang_code(job.language, None)
-        fit = kokoro_fit.KokoroVoiceFit(self._model, default_encoder(), packs, job.audio, lang_code=lang)
-        stock = self._stock_embeddings.setdefault(fit.key, kokoro_fit.read_stock_cache(job.stock_cache, fit.key))
-        known = len(stock)
-        for i in fit.score_stock(stock):
-            if job.cancelled:
-                return
-            self._send(job, {"scored": i + 1, "of": len(fit.names)})
-        if len(stock) > known and job.stock_cache is not None:
-            kokoro_fit.write_stock_cache(job.stock_cache, fit.key, stock)
-        nearest = fit.start()
-        start = fit.similarity()
-        for step in fit.steps(job.steps):
-            if job.cancelled:
-                return
-            self._send(job, {"step": step.step, "loss": round(step.loss, 5), "seconds": round(step.seconds, 2)})
-        self._send(
-            job,
-            {
-                "pack": fit.pack(),
-                "nearest_voice": nearest,
-                "nearest_similarity": round(fit.stock_similarity[nearest], 4),
-                "start_similarity": round(start, 4),
-                "similarity": round(fit.similarity(), 4),
-                "weights": fit.weights(),
-            },
-        )
 
     def _generate_kwargs(self, job: SpeechJob) -> dict[str, Any]:
         import mlx.core as mx
