@@ -104,3 +104,37 @@ def test_qwen3_tts_without_a_speaker_encoder_refuses_training_saying_why(kind):
     with pytest.raises(APIError) as e:
         engine._conditioning(np.zeros(24000, dtype=np.float32))
     assert (e.value.status_code, e.value.code) == (400, "training_unsupported") and why in str(e.value.message)
+
+
+async def test_the_tts_slot_trains_and_speaks_a_qwen3_voice_by_name(qwen3, tmp_path):
+    """The slot's half of the pipeline without Ray (no control plane: the registry file): the
+    conditioning stored as <name>.qwen3_tts.safetensors, registered, and a request naming the
+    voice spoken from it, in context with the voice's transcript, as cloning from the clip."""
+    from deployments.protocol.speech import SynthesisParams
+    from deployments.tts.config import TTSSlotConfig
+    from deployments.tts.deployment import TTSSlot
+    from deployments.tts.voice_store import VoiceMirror
+    from deployments.tts.voices import VoiceRegistry
+
+    slot = object.__new__(TTSSlot.func_or_class)
+    slot.config = TTSSlotConfig(default_model="tiny-qwen3")
+    slot.registry = VoiceRegistry(tmp_path / "voices.json")
+    slot.mirror, slot.cluster, slot.voices_dir, slot.startup_voice = VoiceMirror(slot.registry), None, None, None
+
+    async def engine():
+        return qwen3
+
+    slot.engine = engine
+    assert (await slot.describe())["training_unsupported"] is None
+    ref, transcript = reference(1.5), "hello world"
+    files = await slot.cache_conditioning("narrator", ref.astype("<f4").tobytes())
+    assert (
+        files["conditioning"].endswith("narrator.qwen3_tts.safetensors") and files["conditioning_model"] == "tiny-qwen3"
+    )
+    await slot.register_trained_voice("narrator", files, transcript)
+    chosen, job = await slot._job(
+        qwen3, SynthesisParams(text="Hello world. This is a trained voice.", voice="narrator")
+    )
+    assert chosen is qwen3 and job.ref_audio is None and job.ref_text == transcript
+    trained = np.concatenate([c async for c in qwen3.synthesize(job)])
+    assert np.array_equal(trained, await speak(qwen3, ref_audio=ref, ref_text=transcript))
