@@ -47,7 +47,10 @@ def encoders(monkeypatch):
     return calls
 
 
-async def test_tiny_qwen3_tts_is_a_base_model_that_clones(qwen3):
+async def test_tiny_qwen3_tts_is_a_base_model_that_clones(qwen3, tmp_path):
+    again = ensure_tiny_qwen3_tts(tmp_path)  # deterministic: every replica builds the same files
+    for name in ("model.safetensors", "speech_tokenizer/model.safetensors", "tokenizer.json"):
+        assert (again / name).read_bytes() == (qwen3.model_dir / name).read_bytes(), name
     assert (qwen3.model_type, qwen3.sample_rate, qwen3.presets) == ("qwen3_tts", 24000, [])
     assert qwen3.capabilities.clone and qwen3.capabilities.ref_text and qwen3.training_unsupported is None
     assert qwen3._model.speech_tokenizer.has_encoder  # both cloning modes are there
