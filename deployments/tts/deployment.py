@@ -192,13 +192,14 @@ class TTSSlot(SlotReplica):
                 job.preset = voice.preset
             elif voice.conditioning is not None and voice.conditioning_model == engine.model_id:
                 job.conditioning = voice.conditioning  # trained for this model (Kokoro's fitted style)
+                job.ref_text = voice.ref_text  # Qwen3-TTS Base: its in-context mode, as with the clip
             else:
                 engine = await self._cloning_engine(engine)
+                job.ref_text = voice.ref_text
                 if voice.conditioning is not None and voice.conditioning_model == engine.model_id:
                     job.conditioning = voice.conditioning  # trained for this model: no encoding
                 else:
                     job.ref_audio = await self._voice_audio(voice.name, voice.ref_audio, engine.sample_rate)
-                    job.ref_text = voice.ref_text
         engine.check_job(job)
         return engine, job
 
@@ -280,6 +281,7 @@ class TTSSlot(SlotReplica):
             "presets": engine.presets,
             "max_input_chars": self.config.max_input_chars,
             "ws_idle_timeout_s": self.config.ws_idle_timeout_s,
+            "training_unsupported": engine.training_unsupported,  # why voice training cannot run, or None
         }
 
     async def voices(self) -> dict[str, Any]:
@@ -313,7 +315,8 @@ class TTSSlot(SlotReplica):
 
     async def cache_conditioning(self, name: str, samples: bytes) -> dict[str, Any]:
         """Voice training: the model's conditioning for a reference (float32 mono at the model's
-        rate), computed once and stored with the reference itself (`_store_files`)."""
+        rate), computed once and stored with the reference itself (`_store_files`): pocket_tts's
+        audio prompt, Qwen3-TTS Base's x-vector and reference codes (model_hooks)."""
         from safetensors.numpy import save
 
         engine = await self.engine()
@@ -321,9 +324,7 @@ class TTSSlot(SlotReplica):
         conditioning = await engine.voice_conditioning(audio)
         wav, cached = f"{name}.wav", f"{name}.{engine.model_type}.safetensors"
         # The registration comes in a second call, which may reach a replica on another node.
-        stored = await self._store_files(
-            {wav: encode_wav(audio, engine.sample_rate), cached: save({"audio_prompt": conditioning})}
-        )
+        stored = await self._store_files({wav: encode_wav(audio, engine.sample_rate), cached: save(conditioning)})
         return {"ref_audio": stored[wav], "conditioning": stored[cached], "conditioning_model": engine.model_id}
 
     async def fit_voice(

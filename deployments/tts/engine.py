@@ -15,6 +15,7 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -49,7 +50,7 @@ class SpeechJob(Message):
     speed: float = 1.0
     language: Optional[str] = None
     instruct: Optional[str] = None
-    conditioning: Optional[Path] = None  # a voice's cached conditioning (pocket_tts .safetensors)
+    conditioning: Optional[Path] = None  # a voice's cached conditioning (.safetensors, model_hooks.cached_voice)
 
 
 @dataclass(eq=False)
@@ -119,6 +120,7 @@ class TTSEngine(EngineThread[SpeechJob]):
         self.default_preset: Optional[str] = None  # None: the first preset
         self.preset_aliases: dict[str, str] = {}  # other names of presets (OpenAI's, for Kokoro)
         self.capabilities = Capabilities()
+        self.training_unsupported: Optional[str] = None  # why voice training cannot run on this model
         self.stats = EngineStats()
 
     # ------------------------------------------------------------------ asyncio side
@@ -143,7 +145,8 @@ class TTSEngine(EngineThread[SpeechJob]):
 
     def voice_conditioning(self, audio: np.ndarray) -> asyncio.Future:
         """The model's conditioning for a reference (float32 array), as its reference encoder
-        computes it before every cloned synthesis: a voice trained once skips that step."""
+        computes it before every cloned synthesis: a voice trained once skips that step. The
+        result is the tensors of the voice's .safetensors file, {name: array}."""
         return self.submit(ConditioningJob(audio=audio))
 
     def fit_style(self, job: StyleFitJob) -> AsyncIterator[dict]:
@@ -174,6 +177,7 @@ class TTSEngine(EngineThread[SpeechJob]):
         self.model_type = getattr(self._model, "model_type", "") or model_hooks.model_type(self.model_dir)
         model_hooks.after_load(self._model, self.model_type)
         self.capabilities = Capabilities.of(self._model)
+        self.training_unsupported = model_hooks.training_unsupported(self._model, self.model_type)
         self.presets = find_presets(self.model_dir)
         self.default_preset = model_hooks.default_preset(self.model_type, self.presets)
         self.preset_aliases = model_hooks.preset_aliases(self.model_type, self.presets)
@@ -193,15 +197,8 @@ class TTSEngine(EngineThread[SpeechJob]):
         self.stats.jobs += 1
         self.stats.active += 1
         try:
-            for segment in job.segments:
-                for chunk in self._model.generate(segment, **self._generate_kwargs(job)):
-                    if job.cancelled:
-                        return
-                    samples = np.asarray(chunk.audio, dtype=np.float32).reshape(-1)
-                    if samples.size:
-                        self.stats.chunks += 1
-                        self.stats.samples += samples.size
-                        self._send(job, samples)
+            with self._voice(job) as voice:
+                self._speak(job, {**self._generate_kwargs(job), **voice})
         except Exception as e:  # never let one bad request kill the replica
             logger.exception("Synthesis failed")
             self.stats.failed += 1
@@ -209,16 +206,39 @@ class TTSEngine(EngineThread[SpeechJob]):
         finally:
             self.stats.active -= 1
 
-    def _conditioning(self, audio: np.ndarray) -> np.ndarray:
+    def _voice(self, job: SpeechJob):
+        """The generate options that speak the job's cached conditioning, if it has one."""
+        if job.conditioning is None:
+            return contextlib.nullcontext({})
+        return model_hooks.cached_voice(self._model, self.model_type, job.conditioning, job.ref_text)
+
+    def _speak(self, job: SpeechJob, kwargs: dict[str, Any]) -> None:
+        for segment in job.segments:
+            for chunk in self._model.generate(segment, **kwargs):
+                if job.cancelled:
+                    return
+                samples = np.asarray(chunk.audio, dtype=np.float32).reshape(-1)
+                if samples.size:
+                    self.stats.chunks += 1
+                    self.stats.samples += samples.size
+                    self._send(job, samples)
+
+    def _conditioning(self, audio: np.ndarray) -> dict[str, np.ndarray]:
         import mlx.core as mx
 
+        if self.model_type == "qwen3_tts":
+            if self.training_unsupported:
+                raise invalid_request(
+                    f"Model '{self.model_id}': {self.training_unsupported}", "model", "training_unsupported"
+                )
+            return model_hooks.qwen3_tts_conditioning(self._model, audio)
         # pocket_tts's reference encoder (mlx-audio's `_encode_audio`: Mimi latents projected
         # to the flow model's width), on the reference as its `generate` would cut it.
         encode = getattr(self._model, "_encode_audio", None) if self.model_type == "pocket_tts" else None
         if encode is None:
             raise invalid_request(
                 f"Model '{self.model_id}' ({self.model_type}) has no reference encoder to train a voice for; "
-                "voice training runs on pocket_tts models",
+                "voice training runs on pocket_tts and Qwen3-TTS Base models",
                 "model",
                 "training_unsupported",
             )
@@ -227,7 +247,7 @@ class TTSEngine(EngineThread[SpeechJob]):
             audio = audio[: int(limit * self.sample_rate)]
         prompt = encode(mx.array(audio, dtype=mx.float32)[None, None, :])
         mx.eval(prompt)
-        return np.array(prompt, dtype=np.float32)
+        return {"audio_prompt": np.array(prompt, dtype=np.float32)}
 
     def _generate_kwargs(self, job: SpeechJob) -> dict[str, Any]:
         import mlx.core as mx
@@ -236,8 +256,8 @@ class TTSEngine(EngineThread[SpeechJob]):
         kwargs: dict[str, Any] = {"verbose": False}
         if caps.stream:
             kwargs.update(stream=True, streaming_interval=self.streaming_interval_s)
-        if job.conditioning is not None:  # pocket_tts loads a .safetensors voice by path
-            kwargs["voice"] = str(job.conditioning)
+        if job.conditioning is not None:
+            pass  # the voice options come from model_hooks.cached_voice
         elif job.ref_audio is not None:
             kwargs["ref_audio"] = mx.array(job.ref_audio)
             if job.ref_text and caps.ref_text:

@@ -7,17 +7,25 @@ The TTS engine loads every model with `mlx_audio.tts.utils.load_model` and calls
 - Kokoro: its fused AdaIN + Snake kernels (deployments/kernels/kokoro.py); misaki's English G2P made offline (spaCy model alias), built at load time so a
   broken G2P fails the load rather than the first request; the language of a request (or of the
   voice: `bf_emma` is British English) chosen for its G2P; languages whose G2P is not installed
-  are 400s.
+  are 400s;
+- voice training's cached conditioning (`cached_voice`): pocket_tts and Kokoro load a
+  .safetensors voice by path; Qwen3-TTS Base (`qwen3_tts_conditioning`, `qwen3_tts_cached_voice`)
+  has no such entry point, so its x-vector and reference codes are served from the cache by a
+  narrow wrapper around one synthesis.
 
-No Ray here; MLX only through the kernels, imported when a model loads.
+No Ray here; MLX only through the kernels and these hooks, imported when a model loads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
+
+import numpy as np
 
 from deployments.protocol.errors import invalid_request
 
@@ -140,3 +148,87 @@ def preset_aliases(model_type_name: str, presets: list[str]) -> dict[str, str]:
     if model_type_name != "kokoro":
         return {}
     return {alias: preset for alias, preset in KOKORO_OPENAI_VOICES.items() if preset in presets}
+
+
+# ---------------------------------------------------------------------- voice training's cache
+
+QWEN3_X_VECTOR = "x_vector"  # the speaker encoder's embedding of the clip, [1, enc_dim]
+QWEN3_REF_CODES = "ref_codes"  # the speech tokenizer's codes of the clip, [1, groups, frames]
+
+
+def training_unsupported(model: Any, model_type_name: str) -> Optional[str]:
+    """Why voice training's conditioning cannot be computed on this model (None: it can, or the
+    model type decides elsewhere: Kokoro's style fitting, pocket_tts's reference encoder)."""
+    if model_type_name == "qwen3_tts" and getattr(model, "speaker_encoder", None) is None:
+        kind = getattr(getattr(model, "config", None), "tts_model_type", "") or "non-Base"
+        return (
+            f"a Qwen3-TTS {kind} model has no speaker encoder to compute a voice's x-vector with (a "
+            "CustomVoice model speaks its own speakers, a VoiceDesign model a described voice); voice "
+            "training runs on a Qwen3-TTS Base model"
+        )
+    return None
+
+
+def qwen3_tts_conditioning(model: Any, audio: np.ndarray) -> dict[str, np.ndarray]:
+    """What Qwen3-TTS Base computes from a reference clip before every cloned synthesis, computed
+    once: the x-vector (mlx-audio's `extract_speaker_embedding`, both cloning modes use it) and,
+    where the speech tokenizer has its encoder, the clip's codes (the in-context mode's prompt,
+    used when the voice has a transcript). The same calls on the same array as `generate` makes."""
+    import mlx.core as mx
+
+    ref = mx.array(np.asarray(audio, dtype=np.float32))
+    out = {QWEN3_X_VECTOR: np.array(model.extract_speaker_embedding(ref), dtype=np.float32)}
+    tokenizer = model.speech_tokenizer
+    if tokenizer is not None and tokenizer.has_encoder:
+        codes = tokenizer.encode(ref[None, None, :])
+        mx.eval(codes)
+        out[QWEN3_REF_CODES] = np.array(codes)
+    return out
+
+
+@contextlib.contextmanager
+def qwen3_tts_cached_voice(model: Any, tensors: dict[str, Any], ref_text: Optional[str]) -> Iterator[dict[str, Any]]:
+    """Qwen3-TTS Base speaking a cached conditioning: yields the `generate` options to pass.
+
+    mlx-audio's `generate` takes a clip (`ref_audio`, and `ref_text` for the in-context mode) and
+    encodes it on every call; it has no argument for a precomputed x-vector or codes. So, for the
+    one synthesis inside this block (the engine thread runs one at a time), the model's
+    `extract_speaker_embedding` and its speech tokenizer's `encode` answer from the cache, and a
+    one-sample placeholder stands in for the clip. mlx-audio's own per-clip code cache
+    (`_icl_cache`, keyed by the clip's size and sum) is swapped for an empty one meanwhile, so the
+    placeholder's entry never outlives the block to answer for another voice.
+    """
+    import mlx.core as mx
+
+    x_vector = mx.array(tensors[QWEN3_X_VECTOR])
+    codes = tensors.get(QWEN3_REF_CODES)
+    tokenizer = model.speech_tokenizer
+    options: dict[str, Any] = {"ref_audio": mx.zeros((1,), dtype=mx.float32)}
+    if codes is not None and ref_text and tokenizer is not None and tokenizer.has_encoder:
+        codes = mx.array(codes)
+        options["ref_text"] = ref_text  # the in-context mode, as cloning from the clip with its transcript
+    saved_cache = model._icl_cache
+    # Instance attributes shadow the methods (a function is no parameter: nn.Module keeps it
+    # as a plain attribute); deleting them afterwards restores the class's own.
+    model.extract_speaker_embedding = lambda audio, sr=24000: x_vector
+    model._icl_cache = {}
+    if "ref_text" in options:
+        tokenizer.encode = lambda audio: codes
+    try:
+        yield options
+    finally:
+        del model.extract_speaker_embedding
+        if "ref_text" in options:
+            del tokenizer.encode
+        model._icl_cache = saved_cache
+
+
+def cached_voice(model: Any, model_type_name: str, path: Path, ref_text: Optional[str]):
+    """A context manager yielding the `generate` options that speak voice training's cached
+    conditioning at `path` (a .safetensors file): pocket_tts (its audio prompt) and Kokoro (its
+    fitted voice pack) load it by path themselves; Qwen3-TTS Base through the wrapper above."""
+    if model_type_name != "qwen3_tts":
+        return contextlib.nullcontext({"voice": str(path)})
+    import mlx.core as mx
+
+    return qwen3_tts_cached_voice(model, mx.load(str(path)), ref_text)

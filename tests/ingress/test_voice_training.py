@@ -210,6 +210,20 @@ async def test_a_tts_model_that_cannot_be_trained_is_a_400(slots, http):
     assert_openai_error(await http.post("/v1/voices/train", json=body()), 400, code="training_unsupported")
 
 
+async def test_qwen3_tts_trains_by_conditioning_unless_the_slot_says_why_not(slots, http, recorder):
+    base = {**fakes.tts_facts(), "model": "qwen3-base", "model_type": "qwen3_tts", "training_unsupported": None}
+    slots["tts"].answers["describe"] = lambda model=None: base
+    task_id = (await http.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    stages = [e["stage"] for e in await events(http, task_id)]
+    assert stages[-1] == "complete" and len(recorder.conditioned) == 1  # cache_conditioning, no fit
+    # A CustomVoice model (no speaker encoder): the slot's reason is the 400's, and no job starts.
+    why = "a Qwen3-TTS custom_voice model has no speaker encoder to compute a voice's x-vector with"
+    slots["tts"].answers["describe"] = lambda model=None: {**base, "training_unsupported": why}
+    r = await http.post("/v1/voices/train", json=body(voice_name="other", transcript="x"))
+    assert_openai_error(r, 400, code="training_unsupported")
+    assert why in r.json()["error"]["message"] and len(recorder.conditioned) == 1
+
+
 async def test_denoise_runs_the_denoiser_on_the_clip(http, recorder):
     quiet, noisy = body(transcript="x"), body(transcript="x", voice_name="noisy", denoise=True)
     for request in (quiet, noisy):  # (the denoising stage passes too quickly to be seen in events)

@@ -1,6 +1,6 @@
 """Voice training jobs on the ingress (OminiX-API's /v1/voices/train*): the pipeline is a
-composition above the slots, for the TTS slot's default model when it is pocket_tts (a model
-with a reference encoder) or Kokoro (a style fitted to the clip).
+composition above the slots, for the TTS slot's default model when it is pocket_tts or Qwen3-TTS
+Base (models with a reference encoder) or Kokoro (a style fitted to the clip).
 
 - audio_slicing: decode the clip at the TTS model's rate, cut leading and trailing silence,
   keep at most 30 s (1 s at least);
@@ -8,7 +8,8 @@ with a reference encoder) or Kokoro (a style fitted to the clip).
   denoise.py), in a worker thread; skipped otherwise;
 - feature_extraction: the transcript as given, else the ASR slot's transcript of the clip;
 - the training stage, named for what it does:
-  - voice_conditioning (pocket_tts): the TTS slot computes the model's conditioning once and
+  - voice_conditioning (pocket_tts, Qwen3-TTS Base): the TTS slot computes the model's
+    conditioning once (pocket_tts's audio prompt; Qwen3-TTS's x-vector and reference codes) and
     caches it (.safetensors next to the registry), so syntheses skip the reference encoder;
   - style_fitting (Kokoro): one TTS replica fits a style to the clip (deployments/tts/
     kokoro_fit.py), streaming one loss per step (the events' `losses`); `quality` sets the
@@ -36,7 +37,7 @@ from deployments.protocol.transcription import TranscriptionParams
 from deployments.training.jobs import FIT_STEPS, JobStore, TrainingJob
 
 MIN_SECONDS, MAX_SECONDS = 1.0, 30.0
-TRAINABLE = ("pocket_tts", "kokoro")  # model types with a training stage
+TRAINABLE = ("pocket_tts", "kokoro", "qwen3_tts")  # model types with a training stage
 SCORING_SHARE = 0.2  # style_fitting's stage_progress spent scoring the stock voices
 SILENCE = 0.01  # peak-relative amplitude under which the clip's ends count as silence
 
@@ -84,10 +85,15 @@ class VoiceTraining:
                 "training_in_progress",
             )
         facts = await state.slot("tts").call("describe")
-        if facts["model_type"] not in TRAINABLE:
+        # The slot's own reason first: a model type may train in one variant only (Qwen3-TTS Base).
+        why = facts.get("training_unsupported") or (
+            None
+            if facts["model_type"] in TRAINABLE
+            else "voice training runs on Kokoro (a fitted style), pocket_tts and Qwen3-TTS Base (a reference encoder)"
+        )
+        if why:
             raise invalid_request(
-                f"The TTS slot's default model '{facts['model']}' ({facts['model_type']}) cannot be trained: "
-                "voice training runs on Kokoro (a fitted style) and pocket_tts (a reference encoder)",
+                f"The TTS slot's default model '{facts['model']}' ({facts['model_type']}) cannot be trained: {why}",
                 "model",
                 "training_unsupported",
             )

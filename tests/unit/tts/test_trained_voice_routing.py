@@ -1,6 +1,6 @@
 """Which engine speaks a trained voice (TTSSlot._job, without Ray): a voice fitted for Kokoro is
 spoken by Kokoro from its pack, even where the slot sends recordings to its clone model; a voice
-trained for another model goes to that path as any recording does."""
+trained for another model goes to that path as any recording does, with its transcript."""
 
 from __future__ import annotations
 
@@ -44,9 +44,10 @@ def slot(tmp_path):
     for name, model in (("fitted", "kokoro"), ("conditioned", "pocket")):
         pack = tmp_path / f"{name}.safetensors"
         pack.write_bytes(b"")
-        slot.registry.register(
-            name, VoiceEntry(ref_audio=str(tmp_path / "a.wav"), conditioning=str(pack), conditioning_model=model)
+        entry = VoiceEntry(
+            ref_audio=str(tmp_path / "a.wav"), ref_text=f"{name} says", conditioning=str(pack), conditioning_model=model
         )
+        slot.registry.register(name, entry)
     return slot
 
 
@@ -59,3 +60,5 @@ async def test_a_voice_fitted_for_kokoro_is_spoken_by_kokoro_from_its_pack(slot,
     assert chosen is kokoro and job.conditioning.name == "fitted.safetensors" and job.ref_audio is None
     chosen, job = await slot._job(kokoro, SynthesisParams(text="Hi.", voice="conditioned"))
     assert chosen.model_id == "pocket" and job.conditioning.name == "conditioned.safetensors"
+    # the transcript goes with the cached conditioning: Qwen3-TTS Base speaks it in context, as with the clip
+    assert job.ref_text == "conditioned says" and job.ref_audio is None
