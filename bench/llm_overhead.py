@@ -165,13 +165,17 @@ def measure_window(pids: dict[str, int], timings: list[Timing], t0: float, cpu0:
     }
 
 
+def total_cpu(m: dict) -> float:
+    return sum(m["cpu_ms_per_token"].values())
+
+
 def describe(name: str, m: dict) -> str:
     per_token = ", ".join(f"{k} {v:.2f}" for k, v in m["cpu_ms_per_token"].items())
     per_request = ", ".join(f"{k} {v:.1f}" for k, v in m["cpu_ms_per_request"].items())
     return (
         f"{name}: {m['requests']} requests, {m['tokens_per_s']:.0f} tok/s, TTFT p50 {m['ttft_p50_ms']:.1f} ms, "
         f"ITL p50 {m['itl_p50_ms']:.2f} ms\n  CPU ms per token: {per_token}"
-        f" (total {sum(m['cpu_ms_per_token'].values()):.2f})\n  CPU ms per request: {per_request}"
+        f" (total {total_cpu(m):.2f})\n  CPU ms per request: {per_request}"
     )
 
 
@@ -191,6 +195,9 @@ async def run_graph(cluster: BenchCluster, model_dir: Path, opts, raw_dir: Path)
     # Unprofiled first: py-spy's sampling costs the sampled processes a little.
     t0, cpu0 = time.perf_counter(), {k: cpu_seconds(p) for k, p in pids.items()}
     plain = measure_window(pids, await load(url, opts.streams, opts.tokens, opts.seconds), t0, cpu0)
+    if opts.no_profile:
+        cluster.delete(APP)
+        return {"plain": plain, "pids": pids}, {}
     raws = {name: raw_dir / f"{name}.txt" for name in pids}
     spies = []
     for name, pid in pids.items():
@@ -240,8 +247,12 @@ async def main(opts) -> None:
         "",
         describe("mlx_lm.server", peer),
         describe("graph, not sampled", graph["plain"]),
-        describe("graph, sampled by py-spy", graph["sampled"]),
-        f"raw stacks: {raw_dir}",
+    ]
+    if not opts.no_profile:
+        head += [describe("graph, sampled by py-spy", graph["sampled"]), f"raw stacks: {raw_dir}"]
+    head += [
+        f"graph / mlx_lm.server CPU per token: {total_cpu(graph['plain']) / total_cpu(peer):.2f}",
+        f"environment: {' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('RAY_SERVE_'))}",
         "",
     ]
     text = "\n".join(head + [summarize(raws[name], f"{name} (pid {graph['pids'][name]})") for name in raws])
@@ -258,6 +269,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--tag", default="now")
+    p.add_argument("--no-profile", action="store_true", help="CPU per token only, no py-spy")
     p.add_argument("--native", action="store_true", help="py-spy --native: C frames too (slower sampling)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profiles")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
