@@ -60,6 +60,9 @@ CATEGORIES = [
     ),
     ("asyncio event loop", r"asyncio/|uvloop|selectors"),
     ("logging", r"logging/"),
+    # Below a thread's entry frame with no Python frame under it: native code on that thread
+    # (Ray's core worker threads, the gRPC and thread-pool threads it serializes items on).
+    ("native code on Ray's and pool threads", r"\(threading\.py|concurrent/futures/"),
     ("this project (deployments/)", r"deployments/"),
 ]
 
