@@ -79,6 +79,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def replica_serve_env(pid: int) -> str:
+    """The RAY_SERVE_* variables a replica process runs with (what it inherited from Ray)."""
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return " ".join(sorted(p.decode() for p in pairs if p.startswith(b"RAY_SERVE_")))
+
+
 def short(frame: str) -> str:
     """`fn (/long/path/site-packages/ray/serve/x.py:12)` -> `fn (ray/serve/x.py:12)`."""
     return re.sub(r"\((?:[^()]*/(?:site-packages|lib/python3\.\d+)/|/work/[^/]+/)", "(", frame)
@@ -195,12 +201,13 @@ async def run_graph(cluster: BenchCluster, model_dir: Path, opts, raw_dir: Path)
         "ingress": cluster.replica_pids(APP, "Ingress")[0],
         "llm": cluster.replica_pids(APP, "LLM")[0],
     }
+    serve_env = replica_serve_env(pids["ingress"])
     # Unprofiled first: py-spy's sampling costs the sampled processes a little.
     t0, cpu0 = time.perf_counter(), {k: cpu_seconds(p) for k, p in pids.items()}
     plain = measure_window(pids, await load(url, opts.streams, opts.tokens, opts.seconds), t0, cpu0)
     if opts.no_profile:
         cluster.delete(APP)
-        return {"plain": plain, "pids": pids}, {}
+        return {"plain": plain, "pids": pids, "serve_env": serve_env}, {}
     raws = {name: raw_dir / f"{name}.txt" for name in pids}
     spies = []
     for name, pid in pids.items():
@@ -214,7 +221,7 @@ async def run_graph(cluster: BenchCluster, model_dir: Path, opts, raw_dir: Path)
     for spy in spies:
         spy.wait(timeout=60)
     cluster.delete(APP)
-    return {"plain": plain, "sampled": sampled, "pids": pids}, raws
+    return {"plain": plain, "sampled": sampled, "pids": pids, "serve_env": serve_env}, raws
 
 
 async def run_peer(model_dir: Path, opts, work: Path) -> dict:
@@ -255,7 +262,7 @@ async def main(opts) -> None:
         head += [describe("graph, sampled by py-spy", graph["sampled"]), f"raw stacks: {raw_dir}"]
     head += [
         f"graph / mlx_lm.server CPU per token: {total_cpu(graph['plain']) / total_cpu(peer):.2f}",
-        f"environment: {' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('RAY_SERVE_'))}",
+        f"the ingress replica's Serve settings: {graph['serve_env'] or 'Ray defaults'}",
         "",
     ]
     text = "\n".join(head + [summarize(raws[name], f"{name} (pid {graph['pids'][name]})") for name in raws])
