@@ -18,14 +18,18 @@ def json_response(model: BaseModel, status_code: int = 200) -> JSONResponse:
 KEEP_ALIVE = b": keep-alive\n\n"
 
 
-def sse_response(events: AsyncIterator[BaseModel | dict | None], end: bytes = SSE_DONE) -> StreamingResponse:
+def sse_response(events: AsyncIterator[BaseModel | dict | bytes | None], end: bytes = SSE_DONE) -> StreamingResponse:
     """Frame events as SSE, then `end` ([DONE]); a failure mid-stream becomes an error event.
-    A `None` event is a keep-alive comment (long streams that may stay quiet: jobs, downloads)."""
+    A `None` event is a keep-alive comment (long streams that may stay quiet: jobs, downloads);
+    `bytes` are an event framed already (protocol.sse.SSEFrame: a token stream's deltas)."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
             async for event in events:
-                yield KEEP_ALIVE if event is None else sse_data(event)
+                if isinstance(event, bytes):
+                    yield event
+                else:
+                    yield KEEP_ALIVE if event is None else sse_data(event)
         except Exception as e:  # headers are gone: report inside the stream
             yield sse_data(from_exception(e).body())
         yield end

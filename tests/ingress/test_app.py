@@ -41,6 +41,25 @@ async def test_streamed_chat_frames_sse_and_ends_with_done(http):
     assert text == "Hello there" and events[-1]["usage"]["total_tokens"] == 5
 
 
+async def test_streamed_text_events_are_the_chunks_pydantic_would_frame(slots, http):
+    """The per-token events are framed from a template (protocol.sse.SSEFrame): each must be
+    byte for byte what building and dumping the ChatCompletionChunk gives, for any text."""
+    from deployments.protocol.openai import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
+    from deployments.protocol.sse import sse_data
+
+    slots["llm"].answers["chat"] = fakes.generation('He said "héllo"\n\t</s> \\ 日本 \u2028 end')
+    r = await http.post("/v1/chat/completions", json={"stream": True, "messages": [{"role": "user", "content": "x"}]})
+    events = [e + b"\n\n" for e in r.content.split(b"\n\n") if e]
+    first = json.loads(events[0][6:])
+    texts = [json.loads(e[6:])["choices"][0]["delta"].get("content") for e in events[1:-2]]
+    assert "".join(texts) == 'He said "héllo"\n\t</s> \\ 日本 \u2028 end' and len(texts) == 7
+    for event, text in zip(events[1:-2], texts):
+        choice = ChatChunkChoice(delta=DeltaMessage(content=text))
+        expected = ChatCompletionChunk(id=first["id"], created=first["created"], model=first["model"], choices=[choice])
+        assert event == sse_data(expected)
+    assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "stop" and events[-1] == b"data: [DONE]\n\n"
+
+
 async def test_an_error_mid_stream_becomes_an_error_event(slots, http):
     failing = fakes.generation()
     slots["llm"].answers["chat"] = lambda request, model=None: [failing(request)[0], RuntimeError("engine died")]

@@ -30,12 +30,14 @@ from deployments.protocol.openai import (
     DeltaMessage,
     SamplingRequest,
     ToolCallDelta,
+    now,
     random_id,
 )
+from deployments.protocol.sse import HOLE, SSEFrame
 from deployments.routing.affinity import llm_affinity_key
 
 # Both get the resolved model id, which responses echo.
-StreamBuilder = Callable[[SlotStream, str], AsyncIterator[BaseModel | dict]]
+StreamBuilder = Callable[[SlotStream, str], AsyncIterator[BaseModel | dict | bytes]]
 FullBuilder = Callable[[GenerationChunk, str], BaseModel]
 
 
@@ -95,16 +97,22 @@ class ServingChat:
 
 async def chat_events(
     stream: SlotStream, request_id: str, model: str, include_usage: bool
-) -> AsyncIterator[ChatCompletionChunk]:
-    def chunk(delta: DeltaMessage, finish_reason=None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            id=request_id, model=model, choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)]
-        )
+) -> AsyncIterator[ChatCompletionChunk | bytes]:
+    created = now()  # one timestamp for the whole stream, as OpenAI's chunks carry
 
+    def chunk(delta: DeltaMessage, finish_reason=None) -> ChatCompletionChunk:
+        choices = [ChatChunkChoice(delta=delta, finish_reason=finish_reason)]
+        return ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices)
+
+    # Most events carry only answer text: framed once, then one string encoded per token.
+    content_event = SSEFrame(chunk(DeltaMessage(content=HOLE)))
     yield chunk(DeltaMessage(role="assistant", content=""))
     tool_index = 0
     usage = None
     async for part in stream.chunks():
+        if part.content and not (part.reasoning_content or part.tool_calls or part.finish_reason):
+            yield content_event(part.content)
+            continue
         tool_deltas = []
         for call in part.tool_calls:
             tool_deltas.append(ToolCallDelta(index=tool_index, **call.model_dump()))
@@ -121,7 +129,7 @@ async def chat_events(
             usage = part.usage
             yield chunk(DeltaMessage(), part.finish_reason)
     if include_usage and usage is not None:
-        yield ChatCompletionChunk(id=request_id, model=model, choices=[], usage=usage)
+        yield ChatCompletionChunk(id=request_id, created=created, model=model, choices=[], usage=usage)
 
 
 class ServingCompletion:

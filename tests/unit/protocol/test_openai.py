@@ -13,7 +13,7 @@ from deployments.protocol.openai import (
     CompletionRequest,
     DeltaMessage,
 )
-from deployments.protocol.sse import SSE_DONE, sse_data
+from deployments.protocol.sse import HOLE, SSE_DONE, SSEFrame, sse_data
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -85,6 +85,21 @@ def test_chunk_serialization_keeps_null_finish_reason_and_drops_empty_delta_fiel
     assert body["choices"][0]["finish_reason"] is None
     assert body["choices"][0]["delta"] == {"content": "x"}
     assert SSE_DONE == b"data: [DONE]\n\n"
+
+
+def test_sse_frame_varies_one_string_and_matches_sse_data():
+    def chunk(text):
+        return ChatCompletionChunk(
+            id="c", created=7, model="m", choices=[ChatChunkChoice(delta=DeltaMessage(content=text))]
+        )
+
+    frame = SSEFrame(chunk(HOLE))
+    for text in ["x", "", 'quote " back \\ slash', "new\nline\r\t", "é 日本 \u2028 \x01", "</s>"]:
+        assert frame(text) == sse_data(chunk(text))
+    with pytest.raises(ValueError):
+        SSEFrame(chunk("no hole"))
+    with pytest.raises(ValueError):
+        SSEFrame({"a": HOLE, "b": HOLE})
 
 
 def test_sse_multiline_strings_become_several_data_lines():
