@@ -42,6 +42,15 @@ _WORDS = (
 _PUNCTUATION = list(".,!?;:'\"-") + ["\n"]
 
 _CONV_WIDTH = 72  # > 64: see the module's docstring
+# The talker's and the code predictor's transformer: one layer at the smallest widths.
+_TINY_LAYERS = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 8,
+}
 
 
 def tiny_qwen3_tts_dir(cache_dir: str | os.PathLike) -> Path:
@@ -78,24 +87,12 @@ def model_config(vocab: dict[str, int]) -> dict:
         "tts_bos_token_id": vocab["<|tts_bos|>"],
         "tts_eos_token_id": vocab["<|tts_eos|>"],
         "talker_config": {
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "head_dim": 8,
+            **_TINY_LAYERS,
             "rope_scaling": {"interleaved": True, "mrope_section": [2, 1, 1], "rope_type": "default"},
             "text_hidden_size": 16,
             "text_vocab_size": len(vocab),
             "codec_language_id": {"english": 2050, "chinese": 2055},
-            "code_predictor_config": {
-                "hidden_size": 16,
-                "intermediate_size": 32,
-                "num_hidden_layers": 1,
-                "num_attention_heads": 2,
-                "num_key_value_heads": 1,
-                "head_dim": 8,
-            },
+            "code_predictor_config": dict(_TINY_LAYERS),
         },
         "speaker_encoder_config": {
             "enc_dim": 16,
