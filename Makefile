@@ -44,14 +44,16 @@ status:
 	RAY_AUTH_MODE=token $(VENV)/bin/ray status
 
 # The in-process tests (tests/unit, tests/ingress) run on one worker per core, a file per worker
-# (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once); the end-to-end tests
-# run one after the other on one graph that holds the machine's real resources. Both halves run
-# and report, and the target fails if either failed.
+# (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once), next to the bench
+# smoke test (its own private Ray cluster in a subprocess, ~11 min, no timing asserted); then
+# the end-to-end tests run one after the other on one graph that holds the machine's real
+# resources. Both halves run and report, and the target fails if either failed.
 TEST_WORKERS ?= auto
+BENCH_SMOKE := tests/e2e/test_bench_smoke.py
 test: setup
 	@status=0; \
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests/unit tests/ingress $(PYTEST_ARGS) || status=$$?; \
-	$(VENV)/bin/python -m pytest tests/e2e $(PYTEST_ARGS) || status=$$?; \
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) || status=$$?; \
+	$(VENV)/bin/python -m pytest tests/e2e --ignore=$(BENCH_SMOKE) $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
 # ruff's lint rules, import order and formatting (pyproject.toml); CI runs it before the tests.

@@ -34,8 +34,7 @@ class BenchCluster:
         from graphs.serve import RAY_ENV_DEFAULTS
 
         os.environ.pop("RAY_ADDRESS", None)
-        # Ray as `make serve` starts it: replicas not niced below the benchmark's own client, Serve's
-        # user code and routers on each replica's main loop (graphs/serve.py RAY_ENV_DEFAULTS).
+        # Ray as `make serve` starts it (replicas not niced below the benchmark's own client).
         for name, value in RAY_ENV_DEFAULTS.items():
             os.environ.setdefault(name, value)
         # Always a new cluster: a bare init() could join another engineer's.

@@ -72,29 +72,18 @@ def ray_cluster():
     """
     import ray
 
-    from graphs.serve import RAY_ENV_DEFAULTS
-
     dashboard_port = _free_port()
-    # The cluster's processes run with Ray's settings as `make serve` starts it (the workers take
-    # the environment Ray starts with); this process keeps Ray's defaults, since its tests call
-    # handles synchronously, which a handle router on the caller's loop refuses.
-    unset = [name for name in RAY_ENV_DEFAULTS if name not in os.environ]
-    os.environ.update({name: RAY_ENV_DEFAULTS[name] for name in unset})
-    try:
-        ray.init(
-            address="local",  # always a new cluster: a bare init() would join another session's
-            # The CPUs and memory Ray detects, as under a user's `serve run`: the shipped resource
-            # model (docs/resources.md) must fit every slot's max_replicas there, with room for the
-            # small extra apps some tests deploy next to the graph (CUDA, keyed, two-replica).
-            namespace="serve",
-            include_dashboard=True,
-            dashboard_host="127.0.0.1",
-            dashboard_port=dashboard_port,
-            log_to_driver=False,
-        )
-    finally:
-        for name in unset:
-            del os.environ[name]
+    ray.init(
+        address="local",  # always a new cluster: a bare init() would join another session's
+        # The CPUs and memory Ray detects, as under a user's `serve run`: the shipped resource
+        # model (docs/resources.md) must fit every slot's max_replicas there, with room for the
+        # small extra apps some tests deploy next to the graph (CUDA, keyed, two-replica).
+        namespace="serve",
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
+        log_to_driver=False,
+    )
     yield {"gcs_address": ray.get_runtime_context().gcs_address, "dashboard_port": dashboard_port}
     ray.shutdown()
 

@@ -149,21 +149,8 @@ def test_ominix_env_names_patch_http_options():
 def test_make_serve_starts_ray_without_niced_replicas_unless_told_otherwise():
     from graphs.serve import ray_env
 
-    env = ray_env({"PATH": "/bin"})
-    assert env["PATH"] == "/bin" and env["RAY_worker_niceness"] == "0" and env["RAY_AUTH_MODE"] == "token"
+    assert ray_env({"PATH": "/bin"}) == {"PATH": "/bin", "RAY_worker_niceness": "0", "RAY_AUTH_MODE": "token"}
     assert ray_env({"RAY_worker_niceness": "10"})["RAY_worker_niceness"] == "10"
-
-
-def test_make_serve_runs_user_code_and_routers_on_the_replica_loop_unless_told_otherwise():
-    from graphs.serve import ray_env
-
-    env = ray_env({})
-    assert env["RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"] == "0"
-    assert env["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"] == "0"
-    assert (
-        ray_env({"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1"})["RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"]
-        == "1"
-    )
 
 
 def test_make_serve_keeps_token_authentication_on_unless_told_otherwise():
