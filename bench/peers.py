@@ -2,7 +2,8 @@
 loopback port, multiplying with the BLAS this process chose (deployments/blas.py), so the
 comparison is between servers, not BLAS libraries.
 
-- `mlx_lm_server(model_dir, tokens, log)`: `python -m mlx_lm server` (bench/llm.py, prefix.py);
+- `mlx_lm_server(model_dir, tokens, log, blas_threads)`: `python -m mlx_lm server` (bench/llm.py,
+  prefix.py), with one OpenBLAS thread unless told more;
 - `mlx_audio_server(log)`: `python -m mlx_audio.server` (bench/asr_stream.py: its realtime
   transcription WebSocket; bench/mixed.py: its transcription and speech routes), through
   bench/mlx_audio_cpu.py where MLX has no GPU backend.
@@ -52,9 +53,13 @@ class PeerServer:
         self.log.close()
 
 
-def mlx_lm_server(model_dir: Path, tokens: int, log: Path) -> PeerServer:
+def mlx_lm_server(model_dir: Path, tokens: int, log: Path, blas_threads: Optional[int] = None) -> PeerServer:
+    """`blas_threads`: OpenBLAS threads for the server (default: one, as every system gets)."""
     args = ["mlx_lm", "server", "--model", str(model_dir), "--temp", "0", "--max-tokens", str(tokens)]
-    return PeerServer("mlx_lm.server", [*args, "--log-level", "WARNING"], log, "/v1/models")
+    env = blas.subprocess_env(blas.select())
+    if blas_threads is not None:
+        env[blas.THREADS_ENV] = str(blas_threads)
+    return PeerServer("mlx_lm.server", [*args, "--log-level", "WARNING"], log, "/v1/models", env)
 
 
 def mlx_audio_server(log: Path, cache_dir: Optional[Path] = None) -> PeerServer:

@@ -49,7 +49,21 @@ def test_targets_compare_within_the_run():
         t["ttft_p50_over_in_process_ms_at_1"]["value"] == 20.0 and t["ttft_p50_over_in_process_ms_at_1"]["met"] is False
     )
     assert t["batching_speedup_at_max_concurrency"]["value"] == 3.0
+    assert t["best_configuration_vs_peer_at_16"]["value"] == 1.2  # only one configuration each ran
     assert ratio(1.0, 0) is None
+
+
+def test_best_configuration_compares_each_side_at_its_best():
+    res = {
+        "graph": {"16": {"tokens_per_s": 120.0}},
+        "graph_per_core": {"16": {"tokens_per_s": 180.0}},
+        "mlx_lm_server": {"16": {"tokens_per_s": 100.0}},
+        "mlx_lm_server_all_cores": {"16": {"tokens_per_s": 160.0}},
+    }
+    best = targets(res, [16])["best_configuration_vs_peer_at_16"]
+    assert best["value"] == pytest.approx(180.0 / 160.0) and best["met"] is False
+    res["mlx_lm_server_all_cores"]["16"]["tokens_per_s"] = 90.0  # more threads can also lose
+    assert targets(res, [16])["best_configuration_vs_peer_at_16"]["value"] == pytest.approx(1.8)
 
 
 def test_benchmark_model_is_in_the_asked_range():
