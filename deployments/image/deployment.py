@@ -24,12 +24,13 @@ from deployments.image.engine import ImageEngine, ImageJob
 from deployments.image.metrics import ImageMetrics
 from deployments.protocol.errors import invalid_request, unavailable
 from deployments.protocol.images import MAX_SEED, GeneratedImages, ImageParams
+from deployments.routing.router import ONE_JOB_AT_A_TIME
 from deployments.slot_replica import SlotReplica
 
 logger = logging.getLogger("ray.serve")
 
 
-@serve.deployment
+@serve.deployment(request_router_config=ONE_JOB_AT_A_TIME)
 class ImageSlot(SlotReplica):
     slot_name = "image"
     # What mflux reads from a Hugging Face repo (FLUX.2-klein, Z-Image: diffusers layout); the

@@ -9,8 +9,10 @@ second replica while one holds it.
 
 - `AffinityRouter` (the LLM slot): soft affinity with bounded load (`max_imbalance`).
 - `SessionAffinityRouter`: strict (a live session never moves), for stateful sessions.
+- `LeastLoadedRouter` (the TTS and image slots): no key; the least loaded replica, reserved
+  as it is picked, so simultaneous requests spread over idle replicas.
 
-The choice itself is Ray-free, in deployments/routing/affinity.py.
+The choices themselves are Ray-free, in deployments/routing/affinity.py and least_loaded.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import (
+    FIFOMixin,
     LocalityMixin,
     MultiplexMixin,
     PendingRequest,
@@ -35,6 +39,7 @@ from deployments.routing.affinity import (
     owner_of,
     strict_choice,
 )
+from deployments.routing.least_loaded import RESERVATION_TTL_S, Reservations, least_loaded_order
 
 logger = logging.getLogger("ray.serve")
 
@@ -89,7 +94,7 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             # this request (a full replica) comes back to it anyway.
             self._pins.pin(key, chosen)
             return [[by_id[chosen]]]
-        loads = await self._queue_lens(candidates)
+        loads = await queue_lens(self, candidates)
         capacities = {r.replica_id.unique_id: r.max_ongoing_requests for r in candidates}
         order = bounded_order(key, loads, self._max_imbalance, capacities)
         return [[by_id[i]] for i in order]
@@ -99,20 +104,6 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if pending_request.metadata.multiplexed_model_id:
             return self.apply_multiplex_routing(pending_request=pending_request)
         return self._replica_id_set
-
-    async def _queue_lens(self, replicas: list[RunningReplica]) -> dict[str, Optional[int]]:
-        """Each replica's ongoing requests: from Serve's queue-length cache, probed when absent."""
-        loads: dict[str, Optional[int]] = {}
-        missing = []
-        for r in replicas:
-            q = self._replica_queue_len_cache.get(r.replica_id) if self._use_replica_queue_len_cache else None
-            if q is None:
-                missing.append(r)
-            loads[r.replica_id.unique_id] = q
-        if missing:
-            for r, q in await self._probe_queue_lens(missing, 0):
-                loads[r.replica_id.unique_id] = q
-        return loads
 
     def _fulfill_next_pending_request(self, replica: RunningReplica, request_metadata=None) -> None:
         # A keyed request's replica belongs to that request, never to another one pending
@@ -140,3 +131,65 @@ class SessionAffinityRouter(AffinityRouter):
 
     def initialize_state(self, strict: bool = True, **kwargs):
         super().initialize_state(strict=strict, **kwargs)
+
+
+async def queue_lens(router: RequestRouter, replicas: list[RunningReplica]) -> dict[str, Optional[int]]:
+    """Each replica's ongoing requests: from Serve's queue-length cache, probed when absent."""
+    loads: dict[str, Optional[int]] = {}
+    missing = []
+    for r in replicas:
+        q = router.replica_queue_len_cache.get(r.replica_id) if router._use_replica_queue_len_cache else None
+        if q is None:
+            missing.append(r)
+        loads[r.replica_id.unique_id] = q
+    if missing:
+        for r, q in await router._probe_queue_lens(missing, 0):
+            loads[r.replica_id.unique_id] = q
+    return loads
+
+
+class LeastLoadedRouter(FIFOMixin, LocalityMixin, MultiplexMixin, RequestRouter):
+    """For slots whose replica runs one job at a time: every candidate ranked by ongoing
+    requests plus the picks this router made and Serve has not sent yet
+    (deployments/routing/least_loaded.py says why Serve's default router is not enough).
+    Model multiplexing and locality come first, as in Serve's default router.
+
+    `request_router_kwargs`: `reservation_ttl_s` (how long a pick counts before Serve sends)."""
+
+    def initialize_state(self, reservation_ttl_s: float = RESERVATION_TTL_S):
+        if not isinstance(reservation_ttl_s, (int, float)) or reservation_ttl_s <= 0:
+            raise ValueError(f"reservation_ttl_s must be a positive number, got {reservation_ttl_s!r}")
+        self._reservations = Reservations(float(reservation_ttl_s))
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: Optional[PendingRequest] = None,
+    ) -> list[list[RunningReplica]]:
+        if pending_request is not None and pending_request.metadata.multiplexed_model_id:
+            ids = self.apply_multiplex_routing(pending_request=pending_request)
+        else:
+            ids = self.apply_locality_routing(pending_request=pending_request)
+        candidates = [self._replicas[i] for i in ids if i in self._replicas]
+        if not candidates:
+            return []
+        loads = await queue_lens(self, candidates)
+        # No await between reading the reservations and adding this one: a routing task that
+        # runs next sees it.
+        capacities = {r.replica_id.unique_id: r.max_ongoing_requests for r in candidates}
+        order = least_loaded_order(loads, self._reservations.counts(), capacities)
+        self._reservations.reserve(order[0])
+        by_id = {r.replica_id.unique_id: r for r in candidates}
+        return [[by_id[i]] for i in order]
+
+    def on_send_request(self, replica_id: ReplicaID) -> None:
+        super().on_send_request(replica_id)
+        self._reservations.release(replica_id.unique_id)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self._reservations.forget({r.unique_id for r in self._replica_id_set})
+
+
+# The router of the slots whose replica runs one job at a time (their deployment decorators).
+ONE_JOB_AT_A_TIME = RequestRouterConfig(request_router_class=f"{__name__}.{LeastLoadedRouter.__name__}")

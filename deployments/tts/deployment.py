@@ -26,6 +26,7 @@ from deployments.audio.encode import encode_wav
 from deployments.audio.reference import BadReferenceAudio, read_reference
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.speech import SpeechChunk, SynthesisParams
+from deployments.routing.router import ONE_JOB_AT_A_TIME
 from deployments.slot_replica import SlotReplica
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
@@ -56,7 +57,7 @@ def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
     return cache_dir / "tts" / "voices.json"
 
 
-@serve.deployment
+@serve.deployment(request_router_config=ONE_JOB_AT_A_TIME)
 class TTSSlot(SlotReplica):
     slot_name = "tts"
     file_patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
