@@ -14,7 +14,7 @@ NO_DEPS_ENGINES := $(shell sed -n 's/^no-deps-engines = \[\(.*\)\]/\1/p' pyproje
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: setup serve status test lint bench clean
+.PHONY: setup serve status test lint bench bench-peers clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,17 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/python -m bench $(BENCH_ARGS)
+
+# The comparisons with the peers (docs/performance.md, sections 1, 10-12): ASR vs faster-whisper,
+# Kokoro vs mlx_audio.server, chat under mixed load vs separate servers, and the LLM on the
+# float32, bf16 and 4-bit forms of one checkpoint vs mlx_lm.server (float32: each system in its
+# best configuration). Hours on a 2-core box; BENCH_ARGS=--quick shortens every run.
+LLM_PEERS := --scenarios llm --llm-systems graph,mlx_lm_server
+bench-peers: $(BENCH_STAMP)
+	$(VENV)/bin/python -m bench --scenarios asr_peers,tts_peers,mixed $(BENCH_ARGS)
+	$(VENV)/bin/python -m bench $(LLM_PEERS),graph_per_core,mlx_lm_server_all_cores --out bench/results/llm-best $(BENCH_ARGS)
+	$(VENV)/bin/python -m bench $(LLM_PEERS) --llm-form bfloat16 --out bench/results/llm-bf16 $(BENCH_ARGS)
+	$(VENV)/bin/python -m bench $(LLM_PEERS) --llm-form 4bit --concurrency 1,4 --out bench/results/llm-4bit $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
