@@ -72,3 +72,19 @@ def fulfill_the_routed_request(router: Any, replica: Any, request_metadata: Any)
     from ray.serve.request_router import RequestRouter
 
     RequestRouter._fulfill_next_pending_request(router, replica, request_metadata)
+
+
+async def queue_lens(router: Any, replicas: list) -> dict[str, Optional[int]]:
+    """Each replica's ongoing requests, for a request router: from Serve's queue-length cache,
+    probed when absent (the cache flag and the probe are the base router's private members)."""
+    loads: dict[str, Optional[int]] = {}
+    missing = []
+    for r in replicas:
+        q = router.replica_queue_len_cache.get(r.replica_id) if router._use_replica_queue_len_cache else None
+        if q is None:
+            missing.append(r)
+        loads[r.replica_id.unique_id] = q
+    if missing:
+        for r, q in await router._probe_queue_lens(missing, 0):
+            loads[r.replica_id.unique_id] = q
+    return loads

@@ -31,7 +31,7 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from deployments.ray_internals import fulfill_the_routed_request, power_of_two_choices
+from deployments.ray_internals import fulfill_the_routed_request, power_of_two_choices, queue_lens
 from deployments.routing.affinity import (
     DEFAULT_MAX_IMBALANCE,
     PinTable,
@@ -131,21 +131,6 @@ class SessionAffinityRouter(AffinityRouter):
 
     def initialize_state(self, strict: bool = True, **kwargs):
         super().initialize_state(strict=strict, **kwargs)
-
-
-async def queue_lens(router: RequestRouter, replicas: list[RunningReplica]) -> dict[str, Optional[int]]:
-    """Each replica's ongoing requests: from Serve's queue-length cache, probed when absent."""
-    loads: dict[str, Optional[int]] = {}
-    missing = []
-    for r in replicas:
-        q = router.replica_queue_len_cache.get(r.replica_id) if router._use_replica_queue_len_cache else None
-        if q is None:
-            missing.append(r)
-        loads[r.replica_id.unique_id] = q
-    if missing:
-        for r, q in await router._probe_queue_lens(missing, 0):
-            loads[r.replica_id.unique_id] = q
-    return loads
 
 
 class LeastLoadedRouter(FIFOMixin, LocalityMixin, MultiplexMixin, RequestRouter):
