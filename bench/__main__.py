@@ -61,7 +61,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS + EXTRA_SCENARIOS)
     )
-    p.add_argument("--llm-systems", default="graph,mlx_lm_server,in_process,graph_no_batching")
+    p.add_argument(
+        "--llm-systems",
+        default="graph,mlx_lm_server,in_process,graph_no_batching",
+        help="comma-separated, from: graph, mlx_lm_server, in_process, graph_no_batching, graph_per_core, "
+        "mlx_lm_server_all_cores (the last two: each system in its best configuration, bench/llm.py)",
+    )
     p.add_argument(
         "--llm-model",
         default=None,
@@ -92,6 +97,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     opts.llm_systems = [s.strip() for s in opts.llm_systems.split(",") if s.strip()]
+    from bench.llm import SYSTEMS as LLM_SYSTEMS
+
+    unknown = set(opts.llm_systems) - set(LLM_SYSTEMS)
+    if unknown:
+        p.error(f"unknown LLM systems: {', '.join(sorted(unknown))} (known: {', '.join(LLM_SYSTEMS)})")
     return opts
 
 
