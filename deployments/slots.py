@@ -52,6 +52,9 @@ class Engine:
     capabilities: tuple[str, ...]
 
 
+SERVE_DRAIN_DEFAULT_S = 20.0  # Serve's graceful_shutdown_timeout_s
+
+
 @dataclass(frozen=True)
 class Route:
     """A public route prefix of a slot, with what the ingress allows a request on it."""
@@ -85,6 +88,13 @@ class Slot:
 
     def endpoints(self) -> list[str]:
         return [route.prefix for route in self.routes if route.card]
+
+    def drain_timeout_s(self) -> float:
+        """How long a replica that Serve stops (a scale-down, a redeploy) may finish the requests
+        it holds: as long as the slot's longest route lets a request run. Serve's default, 20 s,
+        cut syntheses and generations off mid-answer when the autoscaler chose a busy replica.
+        WebSocket routes (no timeout) do not count: a socket outlives any one replica."""
+        return max([SERVE_DRAIN_DEFAULT_S] + [r.timeout_s for r in self.routes if r.timeout_s is not None])
 
     def deployment_class(self) -> Any:
         module, _, name = self.deployment.partition(":")

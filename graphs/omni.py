@@ -83,6 +83,7 @@ def slot_options(slot: Slot, slot_config) -> dict[str, Any]:
         "name": slot.deployment_name,
         "max_ongoing_requests": slot_config.max_ongoing_requests(),
         "health_check_period_s": HEALTH_CHECK_PERIOD_S,
+        "graceful_shutdown_timeout_s": slot.drain_timeout_s(),
         "ray_actor_options": dict(slot.replica_resources),
     }
 

@@ -62,3 +62,14 @@ def test_each_slots_registry_resources_match_the_config(name):
 
 def test_reserve_is_in_mib():
     assert reserve(0.1, 512) == {"num_cpus": 0.1, "memory": 512 * 2**20}
+
+
+def test_a_stopping_replica_may_finish_its_longest_request():
+    """Serve's default drain (20 s) cut a synthesis off when the autoscaler stopped a busy TTS
+    replica: each slot's replicas drain as long as its longest route lets a request run."""
+    from graphs.omni import slot_options
+
+    for slot in REGISTRY.values():
+        longest = max(r.timeout_s for r in slot.routes if r.timeout_s is not None)
+        assert slot_options(slot, slot.config())["graceful_shutdown_timeout_s"] == max(longest, 20.0)
+    assert slot_options(REGISTRY["tts"], REGISTRY["tts"].config())["graceful_shutdown_timeout_s"] == 600.0
