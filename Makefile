@@ -45,7 +45,7 @@ status:
 
 # The in-process tests (tests/unit, tests/ingress) run on one worker per core, a file per worker
 # (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once), next to the bench
-# smoke test (its own private Ray cluster in a subprocess, ~11 min, no timing asserted); then
+# smoke test (its own private Ray cluster in a subprocess, ~8-10 min, no timing asserted); then
 # the end-to-end tests run one after the other on one graph that holds the machine's real
 # resources. Both halves run and report, and the target fails if either failed.
 TEST_WORKERS ?= auto
