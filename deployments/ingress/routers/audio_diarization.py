@@ -1,20 +1,17 @@
 """POST /v1/audio/diarization (speaches' route): who spoke when in an upload, without a
 transcript. A multipart form (`file`, `response_format` json | rttm, `num_speakers` or
 `min_speakers`/`max_speakers`, `known_speaker_names[]` + `known_speaker_references[]`) or the
-raw audio as the body with the same parameters in the query string. The ASR slot diarizes
-(deployments/asr/deployment.py); the answer is rendered here.
+raw audio as the body with the same parameters in the query string. The router parses;
+`ServingDiarization` (ingress/serving/diarization.py) calls the ASR slot and renders the answer.
 """
 
 from __future__ import annotations
 
-from pathlib import PurePath
-
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
 
 from deployments.diarization.config import SPEAKER_MODEL_ID
-from deployments.diarization.formats import CONTENT_TYPES, diarization_json, rttm
-from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, known_speakers, validated
+from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, validated
+from deployments.ingress.serving.diarization import ServingDiarization
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import DiarizationParams
@@ -26,7 +23,18 @@ _PARAM_NAMES = ("model", "response_format", *SPEAKER_FIELDS)
 
 @router.post("/v1/audio/diarization")
 async def create_diarization(request: Request, state: IngressState = Depends(ingress_state)):
-    asr = state.slot("asr")
+    serving = ServingDiarization(state)
+    params, audio, name = await _parse(request)
+    if params.model not in (None, SPEAKER_MODEL_ID):
+        raise invalid_request(
+            f"Diarization runs the speaker model '{SPEAKER_MODEL_ID}'; model '{params.model}' is not one.", "model"
+        )
+    params.check_speakers()
+    return await serving.create(params, audio, name)
+
+
+async def _parse(request: Request) -> tuple[DiarizationParams, bytes, str]:
+    """The parameters, the audio and its file name, from a multipart form or the body and query."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type == "multipart/form-data":
         async with request.form() as form:
@@ -42,14 +50,4 @@ async def create_diarization(request: Request, state: IngressState = Depends(ing
         raise invalid_request(
             "The request has no audio: send a multipart form with `file` or the bytes as the body.", "file"
         )
-    if params.model not in (None, SPEAKER_MODEL_ID):
-        raise invalid_request(
-            f"Diarization runs the speaker model '{SPEAKER_MODEL_ID}'; model '{params.model}' is not one.", "model"
-        )
-    params.check_speakers()
-    references = await known_speakers(params)
-    params = params.model_copy(update={"known_speaker_references": []})
-    diarization = await asr.call("diarize", params, audio, references)
-    if params.response_format == "rttm":
-        return Response(rttm(diarization, PurePath(name).stem), media_type=CONTENT_TYPES["rttm"])
-    return JSONResponse(diarization_json(diarization))
+    return params, audio, name

@@ -20,8 +20,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from deployments.ingress.requests import LenientJSONRoute
-from deployments.ingress.routers.audio_speech import CloneForm, clone, speak
+from deployments.ingress.routers.audio_speech import clone_form
 from deployments.ingress.routers.audio_transcriptions import transcribe
+from deployments.ingress.serving.speech import CloneForm, ServingSpeech
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.speech import SpeechRequest
 
@@ -32,23 +33,23 @@ router = APIRouter(tags=["audio"], route_class=LenientJSONRoute)
 async def qwen3_speech(
     request: SpeechRequest, format: Optional[str] = Query(None), state: IngressState = Depends(ingress_state)
 ) -> Response:
-    return await speak(state, request, format, state.catalog.family("tts", "qwen3-tts"))
+    return await ServingSpeech(state).speak(request, format, state.catalog.family("tts", "qwen3-tts"))
 
 
 @router.post("/v1/audio/tts/clone")
 async def qwen3_clone(
-    form: CloneForm = Depends(CloneForm.from_form),
+    form: CloneForm = Depends(clone_form),
     format: Optional[str] = Query(None),
     state: IngressState = Depends(ingress_state),
 ) -> Response:
-    return await clone(state, form, format, state.catalog.family("tts", "qwen3-tts"))
+    return await ServingSpeech(state).clone(form, format, state.catalog.family("tts", "qwen3-tts"))
 
 
 @router.post("/v1/audio/tts/sovits")
 async def sovits_speech(request: SpeechRequest, state: IngressState = Depends(ingress_state)) -> Response:
     # OminiX-API's GPT-SoVITS route answers one WAV file whatever the request's format says.
     request = request.model_copy(update={"response_format": "wav", "stream": False, "stream_format": None})
-    return await speak(state, request, None, state.catalog.family("tts", "gpt-sovits"))
+    return await ServingSpeech(state).speak(request, None, state.catalog.family("tts", "gpt-sovits"))
 
 
 @router.post("/v1/audio/asr/qwen3")

@@ -11,9 +11,8 @@
 `response_format=diarized_json`, the labelled `transcript.text.segment` events come between.
 POST /v1/audio/translations takes the same forms (multilingual Whisper only).
 
-The router only parses (and decodes the known speakers' short reference clips, so a bad one is
-a 400 here); decoding the upload, size limits, transcription and diarization happen in the ASR
-slot, and the transcript is rendered here in the requested response format.
+The router only parses; `ServingTranscription` (ingress/serving/transcription.py) calls the ASR
+slot and renders the transcript in the requested response format.
 """
 
 from __future__ import annotations
@@ -22,18 +21,9 @@ import json
 from typing import Optional
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
 
-from deployments.asr.formats import render
-from deployments.ingress.audio_params import (
-    SPEAKER_FIELDS,
-    SPEAKER_LISTS,
-    collect,
-    data_url_bytes,
-    known_speakers,
-    validated,
-)
-from deployments.ingress.responses import sse_response
+from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, data_url_bytes, validated
+from deployments.ingress.serving.transcription import ServingTranscription
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.transcription import TranscriptionParams
@@ -58,37 +48,28 @@ async def create_translation(request: Request, state: IngressState = Depends(ing
 async def transcribe(request: Request, state: IngressState, family: Optional[str] = None, task: str = "transcribe"):
     """A transcription in any of the three forms; `family` (OminiX-API's /v1/audio/asr/<family>
     routes) picks a model of that family instead of the request's `model`."""
-    asr = state.slot("asr")
+    serving = ServingTranscription(state)
     family_model = state.catalog.family("asr", family) if family else None
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    server_path: Optional[str] = None
-    if media_type == "multipart/form-data":
-        params, audio = await _from_form(request)
-    elif media_type == "application/json":
-        params, audio, server_path = await _from_json(request)
-    else:
-        params, audio = _from_query(request), await request.body()
-        if not audio:
-            raise invalid_request(
-                "The request has no audio: send a multipart form with `file`, "
-                "a JSON body with `file` (base64), or the audio bytes as the body.",
-                "file",
-            )
+    params, audio, server_path = await _parse(request)
     params.check_diarization()
-    params = params.model_copy(update={"task": task})
-    model = family_model or state.catalog.resolve("asr", params.model)
-    speakers: tuple = ()  # diarized: the known speakers' decoded clips, by name
-    if params.diarized:
-        speakers = (await known_speakers(params),)
-        params = params.model_copy(update={"known_speaker_references": []})  # decoded: sent once, as samples
-    if params.stream:
-        events = await asr.stream("transcribe_stream", params, audio, server_path, *speakers, model=model)
-        return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
-    transcript = await asr.call("transcribe", params, audio, server_path, *speakers, model=model)
-    body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
-    if isinstance(body, dict):
-        return JSONResponse(body)
-    return Response(content=body, media_type=content_type)
+    return await serving.create(params.model_copy(update={"task": task}), audio, server_path, family_model)
+
+
+async def _parse(request: Request) -> tuple[TranscriptionParams, Optional[bytes], Optional[str]]:
+    """The parameters, and the audio or (JSON only) a server file path, from any of the three forms."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type == "multipart/form-data":
+        return (*await _from_form(request), None)
+    if media_type == "application/json":
+        return await _from_json(request)
+    params, audio = _from_query(request), await request.body()
+    if not audio:
+        raise invalid_request(
+            "The request has no audio: send a multipart form with `file`, "
+            "a JSON body with `file` (base64), or the audio bytes as the body.",
+            "file",
+        )
+    return params, audio, None
 
 
 async def _from_form(request: Request) -> tuple[TranscriptionParams, bytes]:

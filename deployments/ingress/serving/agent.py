@@ -25,7 +25,7 @@ from deployments.agent.sentences import sentences_of
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import sse_response
-from deployments.ingress.speech import SpeechStream, pcm_headers
+from deployments.ingress.serving.speech_stream import SpeechStream, pcm_headers
 from deployments.ingress.state import IngressState
 from deployments.protocol.agent import AgentRequest
 from deployments.protocol.openai import ChatCompletionRequest
