@@ -176,7 +176,7 @@ class ChatCompletionRequest(SamplingRequest):
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
     def has_images(self) -> bool:
-        """Image parts go to a vision model only (deployments/ingress/serving/vision.py)."""
+        """Image parts go to a vision model only (deployments/ingress/serving/generation.py)."""
         return any(m.has_image() for m in self.messages)
 
     def token_budget(self) -> Optional[int]:

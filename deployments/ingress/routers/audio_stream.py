@@ -8,7 +8,7 @@
 - `GET /v1/audio/stream/sessions` -> `{"live": N, "sessions": [...]}`
 
 A sid is `@<replica>/<token>` (it names its replica), so the routes take it as a path.
-The router only parses; `ServingStreams` routes each call to the session's replica.
+The router only parses; `ServingASRSessions` routes each call to the session's replica.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from deployments.ingress.serving.streaming import ServingStreams
+from deployments.ingress.serving.asr_sessions import ServingASRSessions
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 
@@ -36,7 +36,7 @@ def _flag(request: Request, name: str) -> bool:
 async def create_session(request: Request, state: IngressState = Depends(ingress_state)):
     diarize = _flag(request, "diarize")
     query = request.query_params
-    serving = ServingStreams(state)
+    serving = ServingASRSessions(state)
     return JSONResponse(
         await serving.create(query.get("model") or None, query.get("language") or None, diarize=diarize)
     )
@@ -44,21 +44,21 @@ async def create_session(request: Request, state: IngressState = Depends(ingress
 
 @router.get(PREFIX)
 async def list_sessions(state: IngressState = Depends(ingress_state)):
-    return JSONResponse(await ServingStreams(state).sessions())
+    return JSONResponse(await ServingASRSessions(state).sessions())
 
 
 @router.post(PREFIX + "/{sid:path}")
 async def feed_session(sid: str, request: Request, state: IngressState = Depends(ingress_state)):
     finish = _flag(request, "finish")
-    serving = ServingStreams(state)
+    serving = ServingASRSessions(state)
     return JSONResponse(await serving.feed(sid, await request.body(), finish))
 
 
 @router.get(PREFIX + "/{sid:path}")
 async def session_state(sid: str, state: IngressState = Depends(ingress_state)):
-    return JSONResponse(await ServingStreams(state).call("stream_state", sid))
+    return JSONResponse(await ServingASRSessions(state).session_state(sid))
 
 
 @router.delete(PREFIX + "/{sid:path}")
 async def delete_session(sid: str, state: IngressState = Depends(ingress_state)):
-    return JSONResponse(await ServingStreams(state).call("stream_delete", sid))
+    return JSONResponse(await ServingASRSessions(state).delete(sid))

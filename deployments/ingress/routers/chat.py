@@ -1,6 +1,7 @@
 """POST /v1/chat/completions on the LLM slot, or on the VLM slot for a VLM model id (images):
 JSON or true token streaming (SSE). Requests for CUDA-mapped model ids go to the CUDA proxy
-instead (see ingress/cuda.py)."""
+instead (see ingress/serving/cuda.py). Which one answers is `serve_chat`'s choice
+(ingress/serving/generation.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, Body, Depends, Header
 from pydantic import BaseModel
 
-from deployments.ingress.cuda import routes_to_cuda, serve_cuda_chat
-from deployments.ingress.errors import validate_body
-from deployments.ingress.serving.vision import chat_serving
+from deployments.ingress.serving.generation import serve_chat
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.openai import ChatCompletionRequest
 
@@ -51,10 +50,5 @@ async def create_chat_completion(
     x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
     state: IngressState = Depends(ingress_state),
 ):
-    # Routing comes before validation: a CUDA-mapped id is answered by the CUDA route's own
-    # rules (and never by a local slot), everything else by the local LLM slot.
-    if routes_to_cuda(state, body):
-        return await serve_cuda_chat(state, body)
-    request = validate_body(ChatCompletionRequest, body)
-    serving = await chat_serving(state, request)  # the LLM slot, or the VLM slot for a VLM model id
-    return await serving.create(request, x_session_id)
+    # The body is validated after routing: a CUDA-mapped id follows the CUDA route's own rules.
+    return await serve_chat(state, body, x_session_id)

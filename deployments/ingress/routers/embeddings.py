@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
+from deployments.ingress.serving.embeddings import ServingEmbeddings
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 
@@ -12,6 +13,4 @@ router = APIRouter(tags=["embeddings"])
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse)
 async def create_embeddings(request: EmbeddingRequest, state: IngressState = Depends(ingress_state)):
-    slot = state.slot("embeddings")
-    model = state.catalog.resolve("embeddings", request.model)
-    return await slot.call("embed", request, model=model)
+    return await ServingEmbeddings(state).create(request)

@@ -35,7 +35,7 @@ async def download_model(request: ModelIdRequest, state: IngressState = Depends(
 async def download_progress(model_id: Optional[str] = Query(None), state: IngressState = Depends(ingress_state)):
     """SSE `data:` events, the current state first; the stream ends when the watched
     downloads are complete (OminiX-API's never ends)."""
-    return sse_response(state.download_manager().watch(model_id), end=b"")
+    return sse_response(ModelDownloads(state).progress(model_id), end=b"")
 
 
 @router.post("/v1/models/download/cancel")

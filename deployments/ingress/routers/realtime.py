@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
 
+from deployments.ingress.serving.asr_sessions import ServingASRSessions
 from deployments.ingress.serving.conversation import open_conversation
 from deployments.ingress.serving.realtime import Connection, serve
-from deployments.ingress.serving.streaming import ServingStreams
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.realtime import error_event
 
@@ -22,7 +22,7 @@ async def realtime(websocket: WebSocket, state: IngressState = Depends(ingress_s
     try:
         intent = websocket.query_params.get("intent")
         if intent == "transcription":
-            await serve(Connection(websocket, ServingStreams(state)))
+            await serve(Connection(websocket, ServingASRSessions(state)))
         elif intent is None:
             conversation = await open_conversation(websocket, state, websocket.query_params.get("model"))
             if conversation is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from deployments.ingress.serving.vision import ServingVLMCompletion
+from deployments.ingress.serving.vlm import ServingVLMCompletion
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.vision import VLMCompletionRequest, VLMCompletionResponse
 

@@ -1,7 +1,5 @@
 """GET/POST/DELETE /v1/voices: list the TTS voices, register a cloned voice, remove it.
-
-The TTS slot owns the registry file (any replica may serve the call: the file is the source
-of truth for all of them).
+The routes parse; `ServingVoices` (ingress/serving/voices.py) calls the TTS slot.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import JSONResponse
 
 from deployments.audio.reference import MAX_REFERENCE_BYTES
+from deployments.ingress.serving.voices import ServingVoices
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 
@@ -20,7 +19,7 @@ router = APIRouter(tags=["voices"])
 
 @router.get("/v1/voices")
 async def list_voices(state: IngressState = Depends(ingress_state)):
-    return await state.slot("tts").call("voices")
+    return await ServingVoices(state).list()
 
 
 @router.post("/v1/voices")
@@ -32,15 +31,15 @@ async def register_voice(
     language: Optional[str] = Form(None),
     state: IngressState = Depends(ingress_state),
 ):
-    tts = state.slot("tts")
+    serving = ServingVoices(state)
     audio = await reference_audio.read(MAX_REFERENCE_BYTES + 1)
     if not audio:
         raise invalid_request("reference_audio is empty", "reference_audio", "invalid_reference_audio")
     names = [a.strip() for value in aliases or [] for a in value.split(",") if a.strip()]
-    voice = await tts.call("register_voice", name.strip(), audio, reference_text, names, language or None)
+    voice = await serving.register(name.strip(), audio, reference_text, names, language or None)
     return JSONResponse(voice, status_code=201)
 
 
 @router.delete("/v1/voices/{name}")
 async def delete_voice(name: str, state: IngressState = Depends(ingress_state)):
-    return await state.slot("tts").call("delete_voice", name)
+    return await ServingVoices(state).delete(name)

@@ -30,8 +30,8 @@ from fastapi import WebSocket
 
 from deployments.ingress.errors import from_exception
 from deployments.ingress.serving.agent import ServingAgent
+from deployments.ingress.serving.asr_sessions import ServingASRSessions
 from deployments.ingress.serving.realtime import Connection
-from deployments.ingress.serving.streaming import ServingStreams
 from deployments.ingress.state import IngressState
 from deployments.protocol.agent import AgentRequest
 from deployments.protocol.realtime import RealtimeError, error_event, event, new_id
@@ -91,7 +91,7 @@ class Conversation(Connection):
     SESSION = ConversationSession
 
     def __init__(self, websocket: WebSocket, state: IngressState, llm_model: Optional[str]):
-        super().__init__(websocket, ServingStreams(state))
+        super().__init__(websocket, ServingASRSessions(state))
         self.agent = ServingAgent(state)
         self.llm_model = llm_model
         self.history: list[dict] = []  # the conversation as chat messages, oldest first

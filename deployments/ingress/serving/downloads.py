@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Optional
 
 from deployments.downloads.catalog import cached_repos, catalog
 from deployments.ingress.serving.models import ServingModels
@@ -56,6 +57,10 @@ class ModelDownloads:
             raise _conflict(f"Model '{model_id}' is already downloaded", "already_downloaded")
         task = self.manager.start(model_id)
         return {"task_id": task.task_id, "model_id": model_id, "status": "accepted", "message": "Download started"}
+
+    def progress(self, model_id: Optional[str]) -> AsyncIterator[dict | None]:
+        """The watched downloads' states (all of them without `model_id`), the current one first."""
+        return self.manager.watch(model_id)
 
     def cancel(self, model_id: str) -> dict[str, Any]:
         if not self.manager.cancel(model_id):

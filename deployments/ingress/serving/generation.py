@@ -1,21 +1,30 @@
-"""Chat and text completions on the LLM slot: `ServingChat` and `ServingCompletion` turn the
-slot's stream of `GenerationChunk`s into OpenAI's JSON response or SSE chunks.
+"""Chat and text completions: which deployment answers a chat completion (`serve_chat`: the
+CUDA route, the VLM slot or the LLM slot), and `ServingChat` and `ServingCompletion`, which turn
+a slot's stream of `GenerationChunk`s into OpenAI's JSON response or SSE chunks.
 
-Both pick the model, open the slot's stream (errors before its first chunk keep their HTTP
-status) and answer; each builds its own response shapes.
+A chat completion goes to the VLM slot when its `model` is one the VLM slot serves, and only
+then (never by guessing from its content); image parts sent to any other model are a 400. The
+images are loaded and checked here (deployments/vlm/images.py: data URLs, remote URLs only
+where allowed, decodable, within the limits) before the slot sees the request.
+
+Both serving classes pick the model, open the slot's stream (errors before its first chunk keep
+their HTTP status) and answer; each builds its own response shapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Optional
+from typing import Any, Optional
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from deployments.ingress.clients import SlotStream
+from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
+from deployments.ingress.serving.cuda import routes_to_cuda, serve_cuda_chat
 from deployments.ingress.state import IngressState
+from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import (
     AssistantMessage,
@@ -35,6 +44,7 @@ from deployments.protocol.openai import (
 )
 from deployments.protocol.sse import HOLE, SSEFrame
 from deployments.routing.affinity import llm_affinity_key
+from deployments.vlm.images import ImageLimits, load_images
 
 # Both get the resolved model id, which responses echo.
 StreamBuilder = Callable[[SlotStream, str], AsyncIterator[BaseModel | dict | bytes]]
@@ -62,6 +72,50 @@ async def serve_generation(
     if request.stream:
         return sse_response(to_events(stream, model))
     return json_response(to_response(await stream.collect(), model))
+
+
+async def serve_chat(
+    state: IngressState, body: dict[str, Any], session_header: Optional[str] = None
+) -> JSONResponse | StreamingResponse:
+    """POST /v1/chat/completions on the deployment that answers it. Routing comes before
+    validation: a CUDA-mapped id is answered by the CUDA route's own rules (and never by a
+    local slot), everything else by the local LLM slot, or the VLM slot for a VLM model id."""
+    if routes_to_cuda(state, body):
+        return await serve_cuda_chat(state, body)
+    request = validate_body(ChatCompletionRequest, body)
+    serving = await chat_serving(state, request)
+    return await serving.create(request, session_header)
+
+
+def serves_vision(state: IngressState, model: str | None) -> bool:
+    """The VLM slot is on and allows `model` (listed, or a directory under its models_dir)."""
+    if not model or "vlm" not in state.catalog.slots:
+        return False
+    try:
+        state.catalog.check_loadable("vlm", model)
+    except APIError:
+        return False
+    return True
+
+
+def image_limits(state: IngressState) -> ImageLimits:
+    return ImageLimits.from_dict(state.catalog.slots["vlm"].options.get("image_limits"))
+
+
+async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> ServingChat:
+    """The serving class that answers this chat request on a local slot, with its images loaded."""
+    if serves_vision(state, request.model):
+        return ServingChat(state, "vlm", tuple(await load_images(request.messages, image_limits(state))))
+    if request.has_images():
+        vision = state.catalog.ids("vlm")
+        served = f"the vision models served here: {', '.join(vision)}" if vision else "no vision model is served here"
+        raise invalid_request(
+            f"messages: image content parts need a vision model; model '{request.model or 'the default LLM'}' "
+            f"is text-only ({served})",
+            "messages",
+            "image_input_unsupported",
+        )
+    return ServingChat(state)
 
 
 class ServingChat:

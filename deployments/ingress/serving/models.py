@@ -12,7 +12,7 @@ from typing import Any, Optional
 from deployments import SERVICE_NAME, __version__
 from deployments.control.capabilities import registry
 from deployments.control.state import LOADED, UNLOADED
-from deployments.ingress.cuda import NOT_CONFIGURED_STATUS, cuda_model_cards, cuda_status
+from deployments.ingress.serving.cuda import NOT_CONFIGURED_STATUS, cuda_model_cards, cuda_status
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request, server_error
 from deployments.protocol.models import (

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Optional
 from fastapi import WebSocket, WebSocketDisconnect
 
 from deployments.ingress.errors import from_exception
-from deployments.ingress.serving.streaming import ServingStreams
+from deployments.ingress.serving.asr_sessions import ServingASRSessions
 from deployments.protocol.realtime import (
     RealtimeError,
     TranscriptionSession,
@@ -49,7 +49,7 @@ class Connection:
 
     SESSION: ClassVar[type[TranscriptionSession]] = TranscriptionSession
 
-    def __init__(self, websocket: WebSocket, streams: ServingStreams):
+    def __init__(self, websocket: WebSocket, streams: ServingASRSessions):
         self.ws, self.streams = websocket, streams
         self.id = new_id("sess")
         self.config = self.SESSION()
@@ -81,7 +81,7 @@ class Connection:
         if self.sid is not None:
             sid, self.sid = self.sid, None
             try:
-                await self.streams.call("stream_delete", sid)
+                await self.streams.delete(sid)
             except Exception:  # already gone: nothing to free
                 pass
 

@@ -45,7 +45,7 @@ def test_bad_values_fail_validation(extra, field):
 
 
 def test_image_parts_parse_and_are_routed_later():
-    """Which slot takes image parts is the ingress's choice by model id (serving/vision.py)."""
+    """Which slot takes image parts is the ingress's choice by model id (serving/generation.py)."""
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}
     req = ChatCompletionRequest(messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
     assert req.has_images() and req.messages[0].text() == "what?"

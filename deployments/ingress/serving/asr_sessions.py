@@ -1,7 +1,7 @@
 """Streaming transcription sessions as the ingress sees them: every call of a session carries
 its sid as the routing key, so the ASR slot's `SessionAffinityRouter` delivers it to the one
 replica that holds the session (docs/routing.md). MiniInfer's HTTP routes and the Realtime
-WebSocket both go through `ServingStreams`.
+WebSocket both go through `ServingASRSessions`.
 
 A sid that does not name a replica is a 404 without a slot call. A replica that dies under a
 session's request means the session is lost (410), never a silent new session elsewhere.
@@ -21,7 +21,7 @@ REPLICA_DIED = "replica_died"  # the code from_exception gives a replica that di
 LIST_TIMEOUT_S = 60.0
 
 
-class ServingStreams:
+class ServingASRSessions:
     def __init__(self, state: IngressState):
         self.state = state
         self.asr = state.slot("asr")
@@ -49,6 +49,12 @@ class ServingStreams:
 
     async def feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
         return await self.call("stream_feed", sid, pcm, finish)
+
+    async def session_state(self, sid: str) -> dict:
+        return await self.call("stream_state", sid)
+
+    async def delete(self, sid: str) -> dict:
+        return await self.call("stream_delete", sid)
 
     async def sessions(self) -> dict:
         """Every ASR replica's live sessions (the replicas from the control plane; without
