@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator
 
 MIN_SENTENCE_CHARS = 10
 MAX_SENTENCE_CHARS = 240
@@ -80,13 +80,6 @@ class SentenceSplitter:
             return clauses[-1].end()
         space = head.rfind(" ")
         return space if space > 0 else len(head)
-
-
-def split_all(deltas: Iterable[str], **limits: int) -> list[str]:
-    """Every sentence of a whole stream of deltas (tests and the sequential bench baseline)."""
-    splitter = SentenceSplitter(**limits)
-    sentences = [s for delta in deltas for s in splitter.feed(delta)]
-    return sentences + splitter.flush()
 
 
 async def sentences_of(deltas: AsyncGenerator[str, None], **limits: int) -> AsyncGenerator[str, None]:

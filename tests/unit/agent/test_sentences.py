@@ -1,8 +1,17 @@
 """The agent's sentence splitter: sentences come out as soon as their end is certain."""
 
+from collections.abc import Iterable
+
 import pytest
 
-from deployments.agent.sentences import SentenceSplitter, sentences_of, speakable, split_all
+from deployments.agent.sentences import SentenceSplitter, sentences_of, speakable
+
+
+def split_all(deltas: Iterable[str], **limits: int) -> list[str]:
+    """Every sentence of a whole stream of deltas."""
+    splitter = SentenceSplitter(**limits)
+    sentences = [s for delta in deltas for s in splitter.feed(delta)]
+    return sentences + splitter.flush()
 
 
 def test_a_sentence_is_cut_once_the_text_after_it_is_seen():
