@@ -26,7 +26,7 @@ from deployments.hub import default_cache_dir
 from deployments.ray_internals import session_dir
 from deployments.resources import reserve
 from deployments.slots import SLOTS
-from deployments.tts.voice_store import VoiceStore, VoiceStoreError
+from deployments.voices.store import VoiceStore, VoiceStoreError
 
 logger = logging.getLogger("ray.serve")
 

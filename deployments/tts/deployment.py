@@ -32,8 +32,8 @@ from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
-from deployments.tts.voice_store import VoiceMirror, pull
-from deployments.tts.voices import (
+from deployments.voices.store import VoiceMirror, pull
+from deployments.voices.registry import (
     RegistryError,
     VoiceEntry,
     VoiceNotFound,

@@ -12,7 +12,7 @@ from deployments.protocol.speech import SynthesisParams
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.deployment import TTSSlot
 from deployments.tts.engine import Capabilities
-from deployments.tts.voices import VoiceEntry, VoiceRegistry
+from deployments.voices.registry import VoiceEntry, VoiceRegistry
 
 
 def engine(model_id: str, clone: bool):

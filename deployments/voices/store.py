@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from deployments.tts.voices import (
+from deployments.voices.registry import (
     RegistryData,
     RegistryError,
     VoiceEntry,
