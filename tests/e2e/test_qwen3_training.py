@@ -28,9 +28,9 @@ TEXT = {"input": "Hello there.", "response_format": "pcm"}
 def qwen3(server, cache_dir, tmp_path_factory):
     from ray import serve
 
-    from tests.tiny_qwen3_tts import ensure_tiny_qwen3_tts
     from graphs.config import GraphArgs
     from graphs.omni import build_graph
+    from tests.tiny_qwen3_tts import ensure_tiny_qwen3_tts
 
     work = tmp_path_factory.mktemp("qwen3-train")
     tts = {"default_model": str(ensure_tiny_qwen3_tts(cache_dir)), "voices_config": str(work / "voices.json")}

@@ -116,13 +116,11 @@ async def test_the_tts_slot_trains_and_speaks_a_qwen3_voice_by_name(qwen3, tmp_p
     from deployments.protocol.speech import SynthesisParams
     from deployments.tts.config import TTSSlotConfig
     from deployments.tts.deployment import TTSSlot
-    from deployments.voices.store import VoiceMirror
-    from deployments.voices.registry import VoiceRegistry
+    from deployments.voices.library import VoiceLibrary
 
     slot = object.__new__(TTSSlot.func_or_class)
     slot.config = TTSSlotConfig(default_model="tiny-qwen3")
-    slot.registry = VoiceRegistry(tmp_path / "voices.json")
-    slot.mirror, slot.cluster, slot.voices_dir, slot.startup_voice = VoiceMirror(slot.registry), None, None, None
+    slot.library = VoiceLibrary(tmp_path / "voices.json")  # no control plane: the registry file
 
     async def engine():
         return qwen3

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from deployments.voices.registry import VoiceEntry, VoiceRegistry, resolve_voice
 from deployments.voices.store import (
     MAX_VOICE_FILE_BYTES,
     STAGED_TTL_S,
@@ -15,7 +16,6 @@ from deployments.voices.store import (
     VoiceStoreError,
     pull,
 )
-from deployments.voices.registry import VoiceEntry, VoiceRegistry, resolve_voice
 
 
 class Node:
