@@ -7,9 +7,10 @@ report, the answer lists what each replica did (or which one failed), a replica 
 autoscaling or a restart asks for the current state before it serves, and the dashboard still
 shows the Control deployment next to the slots.
 
-Control also keeps the cluster's voice registry (tts/voice_store.py): TTS replicas on any node
-register and remove voices through it and long-poll its version to keep their local mirror, so
-nodes without a shared disk agree on voices. It persists under Control's own cache directory.
+Control also keeps the cluster's voice registry (a `VoiceService`, deployments/voices/service.py):
+TTS replicas on any node register and remove voices through it and long-poll its version to keep
+their local mirror, so nodes without a shared disk agree on voices. It persists under Control's
+own cache directory.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from deployments.hub import default_cache_dir
 from deployments.ray_internals import session_dir
 from deployments.resources import reserve
 from deployments.slots import SLOTS
-from deployments.tts.voice_store import VoiceStore, VoiceStoreError
+from deployments.voices.service import VoiceService
 
 logger = logging.getLogger("ray.serve")
 
@@ -73,9 +74,7 @@ class Control:
     def __init__(self, defaults: dict[str, str], build_id: str = "default", cache_dir: Optional[str] = None):
         self.state = ControlState(defaults, _session_state_file(build_id))
         self._changed = {slot: asyncio.Event() for slot in defaults}
-        self.voice_store = VoiceStore(voice_store_dir(cache_dir, _app_name()))
-        self._voices_changed = asyncio.Event()
-        self._voices_lock = asyncio.Lock()  # one change at a time: each is a disk write
+        self.voice_service = VoiceService(voice_store_dir(cache_dir, _app_name()))
 
     async def desired(self, slot: str) -> Desired:
         return self.state.desired[slot]
@@ -115,43 +114,23 @@ class Control:
         }
 
     # ------------------------------------------------------------------ the cluster's voices
-    # Errors come back as {"error": {...}} rather than raised: the TTS replica turns them into
-    # the HTTP error, and a plain dict crosses Ray without the exception having to pickle.
+    # The TTS replicas' calls, answered by the voice service; a refusal is raised as an APIError.
 
     async def voices(self, version: int = -1, store: Optional[str] = None, timeout_s: float = 0.0) -> dict[str, Any]:
         """The voice registry's snapshot; a long poll while it is still at `version` of `store`."""
-        snapshot = self.voice_store.snapshot()
-        if snapshot["store"] == store and snapshot["version"] <= version and timeout_s > 0:
-            try:
-                await asyncio.wait_for(self._voices_changed.wait(), timeout_s)
-            except TimeoutError:
-                pass
-            snapshot = self.voice_store.snapshot()
-        return snapshot
+        return await self.voice_service.snapshot(version, store, timeout_s)
 
     async def voice_file(self, key: str) -> bytes:
-        return await asyncio.to_thread(self.voice_store.read_file, key)
+        return await self.voice_service.read_file(key)
 
     async def add_voice_files(self, files: dict[str, bytes]) -> dict[str, Any]:
-        """{"keys": {file name: key}}: a voice put next refers to its files by these keys."""
-        keys = await self._voice_change(self.voice_store.add_files, files)
-        return keys if "error" in keys else {"keys": keys}
+        return await self.voice_service.add_files(files)
 
     async def put_voice(self, name: str, entry: dict[str, Any]) -> dict[str, Any]:
-        return await self._voice_change(self.voice_store.put, name, entry)
+        return await self.voice_service.put(name, entry)
 
     async def remove_voice(self, name: str) -> dict[str, Any]:
-        return {"removed": await self._voice_change(self.voice_store.remove, name)}
-
-    async def _voice_change(self, change, *args) -> Any:
-        async with self._voices_lock:
-            try:
-                result = await asyncio.to_thread(change, *args)
-            except VoiceStoreError as e:
-                return {"error": e.as_dict()}
-        event, self._voices_changed = self._voices_changed, asyncio.Event()
-        event.set()
-        return result
+        return await self.voice_service.remove(name)
 
     def _running_replicas(self, slot: str) -> int:
         try:

@@ -48,7 +48,6 @@ VOICES_PACKAGE = "kokoro-js@1.2.1"
 VOICES_TARBALL = "kokoro-js-1.2.1.tgz"
 VOICES_SHA256 = "1f0d0383ef0349af0bd9440d81dc12abbea3a5392eb645283eda876f537f5860"
 VOICE_SHAPE = (510, 1, 256)
-DEFAULT_VOICE = "af_heart"
 # mlx-audio's LSTM parameter names -> PyTorch's (what its sanitize() maps back).
 _LSTM_NAMES = {
     "Wx_forward": "weight_ih_l0",

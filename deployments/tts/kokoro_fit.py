@@ -291,7 +291,7 @@ def read_stock_cache(path: Optional[Path], key: str) -> dict[str, np.ndarray]:
 
 
 def write_stock_cache(path: Path, key: str, embeddings: dict[str, np.ndarray]) -> None:
-    from deployments.tts.voices import atomic_write
+    from deployments.voices.registry import atomic_write
 
     buffer = io.BytesIO()
     np.savez(buffer, key=np.array(key), **embeddings)

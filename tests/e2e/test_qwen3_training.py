@@ -1,5 +1,5 @@
 """End to end: voice training on a Qwen3-TTS Base model, in a small app of its own on the session
-graph whose TTS default is the tiny random Qwen3-TTS Base (deployments/tts/tiny_qwen3_tts.py: no
+graph whose TTS default is the tiny random Qwen3-TTS Base (tests/tiny_qwen3_tts.py: no
 real Qwen3-TTS weights can be had here). The job computes the x-vector and the clip's codes once
 (`voice_conditioning`), registers the voice, and the voice is then spoken by name over HTTP and
 the WebSocket exactly as cloning from the clip with its transcript."""
@@ -28,9 +28,9 @@ TEXT = {"input": "Hello there.", "response_format": "pcm"}
 def qwen3(server, cache_dir, tmp_path_factory):
     from ray import serve
 
-    from deployments.tts.tiny_qwen3_tts import ensure_tiny_qwen3_tts
     from graphs.config import GraphArgs
     from graphs.omni import build_graph
+    from tests.tiny_qwen3_tts import ensure_tiny_qwen3_tts
 
     work = tmp_path_factory.mktemp("qwen3-train")
     tts = {"default_model": str(ensure_tiny_qwen3_tts(cache_dir)), "voices_config": str(work / "voices.json")}

@@ -15,7 +15,7 @@ import pytest
 from deployments.audio.encode import encode_wav
 from deployments.ingress.app import create_app
 from deployments.ingress.serving.training import VoiceTraining
-from deployments.training.jobs import FIT_STEPS
+from deployments.voices.jobs import FIT_STEPS
 from graphs.config import GraphArgs
 from tests.assertions import assert_openai_error
 from tests.ingress import fakes

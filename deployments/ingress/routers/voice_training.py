@@ -16,7 +16,7 @@ from deployments.ingress.responses import sse_response
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.b64 import decode_base64_field
 from deployments.protocol.errors import invalid_request
-from deployments.training.jobs import VOICE_NAME
+from deployments.voices.jobs import VOICE_NAME
 
 router = APIRouter(tags=["voices"])
 

@@ -34,7 +34,7 @@ from deployments.audio.denoise import denoise
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.transcription import TranscriptionParams
-from deployments.training.jobs import FIT_STEPS, JobStore, TrainingJob
+from deployments.voices.jobs import FIT_STEPS, JobStore, TrainingJob
 
 MIN_SECONDS, MAX_SECONDS = 1.0, 30.0
 TRAINABLE = ("pocket_tts", "kokoro", "qwen3_tts")  # model types with a training stage

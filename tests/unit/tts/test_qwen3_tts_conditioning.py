@@ -1,4 +1,4 @@
-"""Voice training's x-vector path on a tiny random Qwen3-TTS Base (deployments/tts/tiny_qwen3_tts.py),
+"""Voice training's x-vector path on a tiny random Qwen3-TTS Base (tests/tiny_qwen3_tts.py),
 without Ray: the conditioning computed once is mlx-audio's own x-vector and reference codes of the
 clip, and speaking from the cache gives the same audio as cloning from the clip (greedy decoding)
 in both of Qwen3-TTS's cloning modes, without running the speaker encoder or the speech
@@ -14,7 +14,7 @@ from safetensors.numpy import save
 from deployments.protocol.errors import APIError
 from deployments.tts import model_hooks
 from deployments.tts.engine import TTSEngine
-from deployments.tts.tiny_qwen3_tts import ensure_tiny_qwen3_tts
+from tests.tiny_qwen3_tts import ensure_tiny_qwen3_tts
 from tests.unit.tts.test_voice_conditioning import reference, speak
 
 
@@ -116,13 +116,11 @@ async def test_the_tts_slot_trains_and_speaks_a_qwen3_voice_by_name(qwen3, tmp_p
     from deployments.protocol.speech import SynthesisParams
     from deployments.tts.config import TTSSlotConfig
     from deployments.tts.deployment import TTSSlot
-    from deployments.tts.voice_store import VoiceMirror
-    from deployments.tts.voices import VoiceRegistry
+    from deployments.voices.library import VoiceLibrary
 
     slot = object.__new__(TTSSlot.func_or_class)
     slot.config = TTSSlotConfig(default_model="tiny-qwen3")
-    slot.registry = VoiceRegistry(tmp_path / "voices.json")
-    slot.mirror, slot.cluster, slot.voices_dir, slot.startup_voice = VoiceMirror(slot.registry), None, None, None
+    slot.library = VoiceLibrary(tmp_path / "voices.json")  # no control plane: the registry file
 
     async def engine():
         return qwen3

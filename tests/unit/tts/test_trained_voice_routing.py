@@ -12,7 +12,8 @@ from deployments.protocol.speech import SynthesisParams
 from deployments.tts.config import TTSSlotConfig
 from deployments.tts.deployment import TTSSlot
 from deployments.tts.engine import Capabilities
-from deployments.tts.voices import VoiceEntry, VoiceRegistry
+from deployments.voices.library import VoiceLibrary
+from deployments.voices.registry import VoiceEntry
 
 
 def engine(model_id: str, clone: bool):
@@ -31,8 +32,7 @@ def engine(model_id: str, clone: bool):
 def slot(tmp_path):
     slot = object.__new__(TTSSlot.func_or_class)
     slot.config = TTSSlotConfig(default_model="kokoro", clone_model="pocket")
-    slot.registry = VoiceRegistry(tmp_path / "voices.json")
-    slot.voices_dir, slot.startup_voice = None, None
+    slot.library = VoiceLibrary(tmp_path / "voices.json")
     cloner = engine("pocket", clone=True)
 
     async def get(model_id):
@@ -47,7 +47,7 @@ def slot(tmp_path):
         entry = VoiceEntry(
             ref_audio=str(tmp_path / "a.wav"), ref_text=f"{name} says", conditioning=str(pack), conditioning_model=model
         )
-        slot.registry.register(name, entry)
+        slot.library.registry.register(name, entry)
     return slot
 
 

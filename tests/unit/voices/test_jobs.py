@@ -1,7 +1,7 @@
 """Training jobs as records (pure): progress through the stages, the event and status shapes,
 the state file across a restart."""
 
-from deployments.training.jobs import STAGES, JobStore, TrainingJob
+from deployments.voices.jobs import STAGES, JobStore, TrainingJob
 
 
 def test_progress_follows_the_stages():

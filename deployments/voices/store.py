@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from deployments.tts.voices import (
+from deployments.voices.registry import (
     RegistryData,
     RegistryError,
     VoiceEntry,
@@ -57,14 +57,12 @@ MANIFEST = ".cluster.json"
 
 
 class VoiceStoreError(ValueError):
-    """A registration the store refuses; `status`, `code` and `param` make the HTTP error."""
+    """A registration the store refuses; `status`, `code` and `param` make the HTTP error
+    (service.py raises it as an `APIError`)."""
 
     def __init__(self, message: str, status: int = 400, code: str = "invalid_voice", param: Optional[str] = None):
         super().__init__(message)
         self.message, self.status, self.code, self.param = message, status, code, param
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "status": self.status, "code": self.code, "param": self.param}
 
 
 def file_key(name: str, data: bytes) -> str:

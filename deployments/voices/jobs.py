@@ -1,5 +1,7 @@
-"""Voice training jobs as records: stages in OminiX-API's names, progress events, the state
-file that keeps them across an ingress restart. Pure: no Ray, no MLX.
+"""Voice training jobs (OminiX-API's /v1/voices/train*) as records: stages in OminiX-API's
+names, progress events, the state file that keeps them across an ingress restart. The pipeline
+that moves a job through its stages is a composition above the slots, run by the ingress
+(ingress/serving/training.py). Pure: no Ray, no MLX.
 
 Stages, in order: queued, audio_slicing, denoising, feature_extraction, the training stage,
 registering_voice, then one of complete, failed, cancelled. The training stage is named for
@@ -19,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from deployments.tts.voices import atomic_write
+from deployments.voices.registry import atomic_write
 
 STAGES = ("queued", "audio_slicing", "denoising", "feature_extraction", "voice_conditioning", "registering_voice")
 TRAINING_STAGES = ("voice_conditioning", "style_fitting")  # the same place in the pipeline

@@ -18,7 +18,7 @@ speech tokenizer's encoder, run on a clip for in-context cloning or training, ~1
 clip). The files take 46 MB, mostly the codebooks (16 groups of 2048 codes, as the real model).
 
 Deterministic (fixed seeds) and atomic (built beside the target, then renamed), as
-tiny_model.py's pocket_tts.
+deployments/tts/tiny_model.py's pocket_tts.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.tts.voices import (
+from deployments.voices.registry import (
     RegistryData,
     RegistryError,
     VoiceEntry,

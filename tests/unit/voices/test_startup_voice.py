@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deployments.env import ConfigError
-from deployments.tts.voices import (
+from deployments.voices.registry import (
     RegistryData,
     VoiceEntry,
     list_voices,

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from deployments.tts.voice_store import (
+from deployments.voices.registry import VoiceEntry, VoiceRegistry, resolve_voice
+from deployments.voices.store import (
     MAX_VOICE_FILE_BYTES,
     STAGED_TTL_S,
     VoiceMirror,
@@ -15,7 +16,6 @@ from deployments.tts.voice_store import (
     VoiceStoreError,
     pull,
 )
-from deployments.tts.voices import VoiceEntry, VoiceRegistry, resolve_voice
 
 
 class Node:
