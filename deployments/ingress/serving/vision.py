@@ -34,9 +34,21 @@ def image_limits(state: IngressState) -> ImageLimits:
     return ImageLimits.from_dict(state.catalog.slots["vlm"].options.get("image_limits"))
 
 
+def check_vlm_fields(request: ChatCompletionRequest) -> None:
+    """What the LLM slot serves and mlx-vlm's one-sequence generation here cannot: a 400 naming
+    the field, never an answer without it."""
+    if request.choice_count() > 1:
+        raise invalid_request("n: the VLM slot generates one choice per request", "n")
+    if request.logprobs:
+        raise invalid_request("logprobs: the VLM slot does not return log-probabilities", "logprobs")
+    if request.reasoning_effort is not None:
+        raise invalid_request("reasoning_effort: not served by the VLM slot", "reasoning_effort")
+
+
 async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> ServingChat:
     """The serving class that answers this chat request, with its images loaded."""
     if serves_vision(state, request.model):
+        check_vlm_fields(request)
         return ServingChat(state, "vlm", tuple(await load_images(request.messages, image_limits(state))))
     if request.has_images():
         vision = state.catalog.ids("vlm")
