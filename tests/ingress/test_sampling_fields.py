@@ -222,18 +222,3 @@ async def test_a_vision_model_refuses_what_it_cannot_serve(http, slots, extra, p
     r = await http.post(CHAT, json={"model": "ominix-tiny-qwen2-vl", "messages": HELLO, **extra})
     assert_openai_error(r, 400, param)
     assert not slots["vlm"].calls
-
-
-async def test_the_audio_routes_describe_their_bodies_in_the_schema(http):
-    paths = (await http.get("/openapi.json")).json()["paths"]
-    for path in ("/v1/audio/transcriptions", "/v1/audio/translations", "/v1/audio/diarization"):
-        content = paths[path]["post"]["requestBody"]["content"]
-        form = content["multipart/form-data"]["schema"]
-        assert form["required"] == ["file"] and form["properties"]["file"]["format"] == "binary", path
-        assert "application/octet-stream" in content
-    form = paths["/v1/audio/transcriptions"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
-    assert "diarized_json" in form["properties"]["response_format"]["enum"]
-    assert form["properties"]["timestamp_granularities[]"]["type"] == "array"
-    assert "application/json" in paths["/v1/audio/transcriptions"]["post"]["requestBody"]["content"]
-    diarize = paths["/v1/audio/diarization"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
-    assert diarize["properties"]["response_format"]["enum"] == ["json", "rttm"]

@@ -14,7 +14,15 @@ from fastapi.responses import JSONResponse, Response
 
 from deployments.diarization.config import SPEAKER_MODEL_ID
 from deployments.diarization.formats import CONTENT_TYPES, diarization_json, rttm
-from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, known_speakers, validated
+from deployments.ingress.audio_params import (
+    SPEAKER_FIELDS,
+    SPEAKER_LISTS,
+    audio_body_doc,
+    collect,
+    form_fields_schema,
+    known_speakers,
+    validated,
+)
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.transcription import DiarizationParams
@@ -23,8 +31,14 @@ router = APIRouter(tags=["audio"])
 
 _PARAM_NAMES = ("model", "response_format", *SPEAKER_FIELDS)
 
+DIARIZATION_BODY_DOC = audio_body_doc(
+    form_fields_schema(DiarizationParams, _PARAM_NAMES, SPEAKER_LISTS),
+    "A multipart form with the audio as `file`, or the audio bytes as the body with the same "
+    "parameters in the query string.",
+)
 
-@router.post("/v1/audio/diarization")
+
+@router.post("/v1/audio/diarization", openapi_extra=DIARIZATION_BODY_DOC)
 async def create_diarization(request: Request, state: IngressState = Depends(ingress_state)):
     asr = state.slot("asr")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
