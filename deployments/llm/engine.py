@@ -141,7 +141,7 @@ class _Sequence:
 _RUNNING, _FINISHED, _STOPPED_BY_PARSER = object(), object(), object()
 
 
-class LLMEngine(EngineThread[_Sequence]):
+class LLMEngine(EngineThread[_Request]):
     """Owns one model. Create with `await LLMEngine.start(model_id, model_dir, config)`."""
 
     kind = "llm"
@@ -367,9 +367,13 @@ class LLMEngine(EngineThread[_Sequence]):
             request.waiting = choices[1:]
             return choices[:1]
         before_last = request.prompt.token_ids[:-1]
-        for seq in choices:  # the planned cache already holds all of the prompt but its last token
-            cache = copy.deepcopy(plan.cache) if seq.index and plan.cache is not None else plan.cache
-            self._insert(seq, [request.prompt.token_ids[-1:]], cache, before_last)
+        try:
+            for seq in choices:  # the planned cache already holds all of the prompt but its last token
+                cache = copy.deepcopy(plan.cache) if seq.index and plan.cache is not None else plan.cache
+                self._insert(seq, [request.prompt.token_ids[-1:]], cache, before_last)
+        except Exception:  # none of a failed request's choices may run on unseen
+            self._batch.remove([seq.uid for seq in choices if seq.uid is not None])
+            raise
         return choices
 
     def _insert(self, seq: _Sequence, segments: list[list[int]], cache: Optional[list[Any]], done: list[int]) -> None:
@@ -562,6 +566,8 @@ def _share_point(segments: list[list[int]]) -> int:
     holds all of its prompt but the last token (BatchGenerator splits that token off into a
     segment of its own when the last segment is longer): 0 when only that token is left."""
     segments = [s for s in segments if s]
+    if not segments:
+        return 0
     return len(segments) if len(segments[-1]) > 1 else len(segments) - 1
 
 
