@@ -136,6 +136,9 @@ def check_supported(request: CudaChatRequest) -> None:
     """Spec 6.4: plain-string text chat only; raise `Unsupported` otherwise."""
     if request.max_tokens == 0:
         raise Unsupported("max_tokens is 0")
+    extra = request.model_extra or {}
+    if extra.get("n") not in (None, 1) or extra.get("logprobs") or extra.get("top_logprobs") is not None:
+        raise Unsupported("n or logprobs (the worker generates one choice, without log-probabilities)")
     if request.tools:
         raise Unsupported("tools")
     if request.tool_choice is not None and request.tool_choice != "none":

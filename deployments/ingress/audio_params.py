@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -77,3 +77,51 @@ async def known_speakers(options: SpeakerOptions) -> dict[str, np.ndarray]:
     """name -> reference clip, decoded off the event loop."""
     clips = await asyncio.gather(*(asyncio.to_thread(reference_clip, r) for r in options.known_speaker_references))
     return dict(zip(options.known_speaker_names, clips))
+
+
+def form_fields_schema(model: type[BaseModel], names: tuple[str, ...], lists: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON schema of `model`'s `names` and `lists` as form fields (a list as OpenAI names
+    it, `name[]`), for an OpenAPI request body: these routes read their own bodies, so FastAPI
+    cannot describe them by itself."""
+    properties = model.model_json_schema()["properties"]
+
+    def field(name: str) -> dict[str, Any]:
+        schema = dict(properties[name])
+        for member in schema.pop("anyOf", []):  # Optional[X]: X, as a form field is absent, not null
+            if member.get("type") != "null":
+                schema.update(member)
+        schema.pop("default", None)
+        if "type" not in schema and "enum" not in schema:  # Any: a form sends it as text
+            schema["type"] = "string"
+        return schema
+
+    fields = {name: field(name) for name in names}
+    fields.update({f"{name}[]": field(name) for name in lists})
+    return fields
+
+
+def audio_body_doc(form_fields: dict[str, Any], description: str, json_fields: Optional[dict] = None) -> dict:
+    """An `openapi_extra` request body: a multipart form with the audio as `file`, the audio
+    bytes as the body (`description` says where its parameters go), and optionally JSON."""
+    content: dict[str, Any] = {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {"file": {"type": "string", "format": "binary"}, **form_fields},
+            },
+        },
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    }
+    if json_fields is not None:
+        content["application/json"] = {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {
+                    "file": {"type": "string", "description": "base64 audio, or an absolute path on the server"},
+                    **json_fields,
+                },
+            }
+        }
+    return {"requestBody": {"required": True, "description": description, "content": content}}

@@ -5,6 +5,7 @@ exceptions onto `APIError`, so no route ever returns FastAPI's 422 `detail` list
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -54,6 +55,10 @@ def validate_body(model: type[BaseModel], body: Any) -> Any:
         raise RequestValidationError(e.errors(include_url=False)) from None
 
 
+# A model-level check's message starts with the field it is about: "top_logprobs: needs logprobs: true".
+_NAMED_FIELD = re.compile(r"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -66,6 +71,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     if param and not msg.startswith(loc[0] + ":"):
         msg = f"{param}: {msg}"
+    if param is None and (named := _NAMED_FIELD.match(msg)):  # a check across fields names its field
+        param = named.group(1)
     if len(errors) > 1:
         msg += f" (and {len(errors) - 1} more problems)"
     return msg, param

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -33,7 +34,12 @@ class LLMSlotConfig(SlotModelsConfig):
     prefill_batch_size: int = Field(8, ge=1, description="Prompts prefilled together per step")
     prefill_step_size: int = Field(2048, ge=16, description="Prompt tokens processed per prefill step")
     batching: bool = Field(True, description="False: one sequence at a time (a baseline)")
-    default_max_tokens: int = Field(2048, ge=1, description="Tokens generated when a request sets no max_tokens")
+    default_max_tokens: int = Field(
+        2048, ge=1, description="Tokens a chat completion generates when it sets no max_tokens (text completions: 16)"
+    )
+    max_n: int = Field(
+        8, ge=1, description="Choices one request may ask for (`n`); more is a 400. The n share one prefill and batch"
+    )
     prefix_cache_entries: int = Field(
         10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
     )
@@ -63,4 +69,9 @@ class LLMSlotConfig(SlotModelsConfig):
             prefix_cache_bytes=self.prefix_cache_bytes,
             cpu_dtype=self.cpu_dtype,
             cpu_upcast_max_bytes=self.cpu_upcast_max_bytes,
+            max_n=self.max_n,
         )
+
+    def catalog_entry(self, cache_dir: Path) -> dict:
+        # The ingress refuses n over the limit before the slot sees the request.
+        return {**super().catalog_entry(cache_dir), "options": {"max_n": self.max_n}}

@@ -60,11 +60,14 @@ class LLMSlot(SlotReplica):
 
     async def _generate(self, engine, prompt: Prompt, request, tools) -> AsyncIterator[GenerationChunk]:
         start = time.perf_counter()
-        max_tokens = engine.resolve_max_tokens(len(prompt.token_ids), request.token_budget())
+        max_tokens = engine.resolve_max_tokens(
+            len(prompt.token_ids), request.token_budget(), request.default_max_tokens
+        )
         params = SamplingParams.from_request(request, max_tokens, engine.generation_defaults)
-        engine.check_params(params)
+        n = request.choice_count()
+        engine.check_params(params, n)
         first_token_at = None
-        async for chunk in engine.generate(prompt, params, tools):
+        async for chunk in engine.generate(prompt, params, tools, n, request.logprob_count()):
             now = time.perf_counter()
             if first_token_at is None:
                 first_token_at = now

@@ -5,6 +5,9 @@ Requests arrive from the replica's asyncio loop; the engine thread inserts them 
 stream (EngineThread.stream: deltas that pile up while the consumer is busy come as one). A
 sequence joins the running batch as soon as it arrives and leaves it when it finishes, hits a
 stop string, or its client goes away, without waiting for the others.
+A request for n choices prefills its prompt once: its first sequence prefills all of the
+prompt but the last token, then the others start from copies of that KV cache, and all n
+decode in the same batch, each with its own sampler (and, with a seed, its own random key).
 With `batching=False` the same loop decodes one sequence at a time (what a single inference
 thread such as OminiX-API's does), which the benchmarks use as a baseline.
 
@@ -13,23 +16,26 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import queue
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from functools import reduce
 from pathlib import Path
 from typing import Any, Optional
 
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
+from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.output import OutputParser, ParsedText
 from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
-from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.generation import GenerationChunk, merge_by_choice
+from deployments.protocol.logprobs import TokenLogprob
 from deployments.protocol.openai import PromptTokensDetails, SamplingRequest, UsageInfo
 
 logger = logging.getLogger(__name__)
@@ -46,6 +52,7 @@ class EngineConfig:
     prefix_cache_bytes: int = 2 << 30
     cpu_dtype: str = "auto"  # auto | float32 | keep: deployments/llm/dtype_policy.py
     cpu_upcast_max_bytes: int = 4 << 30
+    max_n: int = 8  # choices one request may ask for
 
 
 @dataclass
@@ -86,26 +93,55 @@ class SamplingParams:
 
 
 @dataclass(eq=False)
-class _Sequence(Message):
-    """One request's life inside the engine: the inbox message and its decoding state."""
+class _Request(Message):
+    """One request inside the engine: the inbox message and its n sequences (choices)."""
 
     prompt: Prompt
     params: SamplingParams
     tools: Optional[list[dict[str, Any]]]
+    n: int = 1
+    logprobs: Optional[int] = None  # alternatives per token's log-probability; None: none asked for
+    cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
+    keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
+    # Choices 1..n-1 until the first has prefilled all of the prompt but its last token, and
+    # how many of the first's segment ends that takes (see _share_point).
+    waiting: list[_Sequence] = field(default_factory=list)
+    ends_to_share: int = 0
+    running: int = 0  # choices started and not finished
+    completion_tokens: int = 0
+
+
+@dataclass(eq=False)
+class _Sequence:
+    """One choice's decoding state."""
+
+    request: _Request
+    index: int
     uid: Optional[int] = None
     parser: Optional[OutputParser] = None
     detokenizer: Any = None
     completion_tokens: int = 0
     made_tool_call: bool = False
-    cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
-    keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)  # not sent yet
+
+    @property
+    def prompt(self) -> Prompt:
+        return self.request.prompt
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.request.params
+
+    @property
+    def tools(self) -> Optional[list[dict[str, Any]]]:
+        return self.request.tools
 
 
 # How a token left its sequence (see LLMEngine._on_token).
 _RUNNING, _FINISHED, _STOPPED_BY_PARSER = object(), object(), object()
 
 
-class LLMEngine(EngineThread[_Sequence]):
+class LLMEngine(EngineThread[_Request]):
     """Owns one model. Create with `await LLMEngine.start(model_id, model_dir, config)`."""
 
     kind = "llm"
@@ -117,12 +153,15 @@ class LLMEngine(EngineThread[_Sequence]):
         self.context_length: Optional[int] = None
         self.generation_defaults: dict[str, Any] = {}
         self.prefix_cache: Optional[PrefixCache] = None
+        self.token_bytes: Optional[TokenBytes] = None
         # Written by the engine thread only; read for status and tests.
         self.stats = {"running": 0, "finished": 0, "aborted": 0, "generated_tokens": 0}
 
     # ------------------------------------------------------------------ asyncio side
 
-    def resolve_max_tokens(self, prompt_len: int, requested: Optional[int]) -> int:
+    def resolve_max_tokens(self, prompt_len: int, requested: Optional[int], default: Optional[int] = None) -> int:
+        """The tokens to generate: `requested`, else `default` (the route's), else the slot's
+        default_max_tokens; a default is capped by the context, a request beyond it is a 400."""
         room = None if self.context_length is None else self.context_length - prompt_len
         if room is not None and room <= 0:
             raise invalid_request(
@@ -131,7 +170,7 @@ class LLMEngine(EngineThread[_Sequence]):
                 "context_length_exceeded",
             )
         if requested is None:
-            default = self.config.default_max_tokens
+            default = default or self.config.default_max_tokens
             return default if room is None else min(default, room)
         if room is not None and requested > room:
             raise invalid_request(
@@ -142,20 +181,33 @@ class LLMEngine(EngineThread[_Sequence]):
             )
         return requested
 
-    def check_params(self, params: SamplingParams) -> None:
+    def check_params(self, params: SamplingParams, n: int = 1) -> None:
         vocab = len(self.tokenizer)
         for token in params.logit_bias or {}:
             if not 0 <= token < vocab:
                 raise invalid_request(f"logit_bias: token id {token} is not in [0, {vocab})", "logit_bias")
+        if not 1 <= n <= self.config.max_n:
+            raise invalid_request(f"n: this server generates 1 to {self.config.max_n} choices per request", "n")
 
-    def generate(
+    async def generate(
         self,
         prompt: Prompt,
         params: SamplingParams,
         tools: Optional[list[dict[str, Any]]] = None,
+        n: int = 1,
+        logprobs: Optional[int] = None,
     ) -> AsyncIterator[GenerationChunk]:
-        """Stream the generation; closing the iterator early removes it from the batch."""
-        return self.stream(_Sequence(prompt, params, tools), merge=_merge_chunks)
+        """Stream the generation of `n` choices (chunks name theirs by `index`), with each
+        token's log-probability and `logprobs` alternatives when that is not None. Closing the
+        iterator early removes every choice from the batch."""
+        request = _Request(prompt, params, tools, n, logprobs)
+        async with aclosing(self.stream(request, merge=merge_by_choice)) as items:
+            async for item in items:
+                if isinstance(item, list):
+                    for chunk in item:
+                        yield chunk
+                else:
+                    yield item
 
     # ------------------------------------------------------------------ engine thread
 
@@ -188,6 +240,7 @@ class LLMEngine(EngineThread[_Sequence]):
             self.prefix_cache = PrefixCache(
                 self.model_id, self.config.prefix_cache_entries, self.config.prefix_cache_bytes
             )
+        self.token_bytes = TokenBytes(self.tokenizer)
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
 
     def _apply_dtype_policy(self) -> None:
@@ -233,11 +286,12 @@ class LLMEngine(EngineThread[_Sequence]):
                 continue
             try:
                 prompt_responses, responses = self._batch.next()
-                self._keep_prompt_caches(active, prompt_responses)
+                self._at_segment_ends(active, prompt_responses)
+                logprobs = self._logprobs(active, responses)
             except Exception as e:  # never let one bad step kill the replica
                 logger.exception("Batch step failed; failing %d sequences", len(active))
-                for seq in active.values():
-                    self._fail(seq, server_error(f"Generation failed: {e}"))
+                for request in {seq.request for seq in active.values()}:
+                    self._fail(request, server_error(f"Generation failed: {e}"))
                 active.clear()
                 self._batch = self._new_batch(stream)
                 continue
@@ -246,7 +300,7 @@ class LLMEngine(EngineThread[_Sequence]):
                 seq = active.get(r.uid)
                 if seq is None:
                     continue
-                outcome = self._on_token(seq, r.token, r.finish_reason)
+                outcome = self._on_token(seq, r.token, r.finish_reason, logprobs.get(r.uid))
                 if outcome is not _RUNNING:
                     del active[r.uid]
                     self.stats["finished"] += 1
@@ -263,36 +317,36 @@ class LLMEngine(EngineThread[_Sequence]):
             self.stats["generated_tokens"] += len(responses)
 
     def _take_inbox(self, active: dict[int, _Sequence], block: bool) -> bool:
-        """Admit new sequences and drop abandoned ones. False when the engine must stop."""
+        """Admit new requests and drop abandoned ones. False when the engine must stop."""
         while True:
             try:
-                seq = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+                request = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
             except queue.Empty:
                 break
             block = False
-            if seq is STOP:
-                for running in active.values():
+            if request is STOP:
+                for running in {seq.request for seq in active.values()}:
                     self._fail(running, unloaded(self.model_id))
                 return False
-            if seq.cancelled:  # abandoned before it started
+            if request.cancelled:  # abandoned before it started
                 continue
             try:
-                self._admit(seq)
+                started = self._admit(request)
             except APIError as e:
-                self._fail(seq, e)
+                self._fail(request, e)
                 continue
             except Exception as e:
                 logger.exception("Could not start a sequence")
-                self._fail(seq, server_error(f"Could not start generation: {e}"))
+                self._fail(request, server_error(f"Could not start generation: {e}"))
                 continue
-            active[seq.uid] = seq
+            active.update((seq.uid, seq) for seq in started)
             self.stats["running"] = len(active)
         self._drop_cancelled(active)
         return True
 
     def _drop_cancelled(self, active: dict[int, _Sequence]) -> None:
         """Sequences whose client went away leave the batch before the next step."""
-        gone = [uid for uid, seq in active.items() if seq.cancelled]
+        gone = [uid for uid, seq in active.items() if seq.request.cancelled]
         if not gone:
             return
         self._batch.remove(gone)
@@ -301,7 +355,30 @@ class LLMEngine(EngineThread[_Sequence]):
         self.stats["aborted"] += len(gone)
         self.stats["running"] = len(active)
 
-    def _admit(self, seq: _Sequence) -> None:
+    def _admit(self, request: _Request) -> list[_Sequence]:
+        """Put a request's sequences in the batch: all n at once when only the prompt's last
+        token is left to run, else the first alone and the others once it has prefilled."""
+        plan = self._plan_prefill(request.prompt)
+        request.cached_tokens, request.keep_at_ends = plan.cached, plan.keep_at_ends
+        choices = [_Sequence(request, i) for i in range(request.n)]
+        request.ends_to_share = _share_point(plan.segments)
+        if request.n == 1 or request.ends_to_share > 0:
+            self._insert(choices[0], plan.segments, plan.cache, request.prompt.token_ids[: plan.cached])
+            request.waiting = choices[1:]
+            return choices[:1]
+        before_last = request.prompt.token_ids[:-1]
+        try:
+            for seq in choices:  # the planned cache already holds all of the prompt but its last token
+                cache = copy.deepcopy(plan.cache) if seq.index and plan.cache is not None else plan.cache
+                self._insert(seq, [request.prompt.token_ids[-1:]], cache, before_last)
+        except Exception:  # none of a failed request's choices may run on unseen
+            self._batch.remove([seq.uid for seq in choices if seq.uid is not None])
+            raise
+        return choices
+
+    def _insert(self, seq: _Sequence, segments: list[list[int]], cache: Optional[list[Any]], done: list[int]) -> None:
+        """One sequence into the batch: `segments` still to prefill after `done`, whose KV
+        `cache` it starts from (None: a fresh one)."""
         from mlx_lm.generate import StopSequences
 
         tok = self.tokenizer
@@ -316,32 +393,38 @@ class LLMEngine(EngineThread[_Sequence]):
         )
         seq.detokenizer = tok.detokenizer
         eos = [] if seq.params.ignore_eos else [(t,) for t in tok.eos_token_ids]
-        plan = self._plan_prefill(seq.prompt)
-        seq.cached_tokens, seq.keep_at_ends = plan.cached, plan.keep_at_ends
         (seq.uid,) = self._batch.insert_segments(
-            [plan.segments],
+            [segments],
             max_tokens=[seq.params.max_tokens],
-            caches=[plan.cache],
-            all_tokens=[seq.prompt.token_ids[: plan.cached]],
-            samplers=[_make_sampler(seq.params)],
+            caches=[cache],
+            all_tokens=[list(done)],
+            samplers=[_make_sampler(seq.params, seq.index)],
             logits_processors=[_make_logits_processors(seq.params)],
             stop_sequences=[StopSequences(eos)],
         )
+        seq.request.running += 1
 
     def _plan_prefill(self, prompt: Prompt) -> PrefillPlan:
         if self.prefix_cache is None:
             return PrefillPlan(None, 0, [prompt.token_ids])
         return self.prefix_cache.plan(prompt.token_ids, prompt.system_end)
 
-    def _keep_prompt_caches(self, active: dict[int, _Sequence], prompt_responses: list) -> None:
-        """At a segment end inside a prompt, keep the cache so far for later prompts."""
-        uids = [
-            r.uid
-            for r in prompt_responses
-            if r.end_of_segment and not r.end_of_prompt and r.uid in active and active[r.uid].keep_at_ends
-        ]
-        if not uids or self.prefix_cache is None:
-            return
+    def _at_segment_ends(self, active: dict[int, _Sequence], prompt_responses: list) -> None:
+        """Where a prompt's prefill reaches a segment end: keep the cache so far for later
+        prompts, and start a request's other choices from it once it holds all of the prompt
+        but the last token."""
+        ends = [r.uid for r in prompt_responses if r.end_of_segment and not r.end_of_prompt and r.uid in active]
+        keep = [uid for uid in ends if active[uid].request.keep_at_ends]
+        if keep and self.prefix_cache is not None:
+            self._keep_prompt_caches(active, keep)
+        for uid in ends:
+            request = active[uid].request
+            if request.waiting:
+                request.ends_to_share -= 1
+                if request.ends_to_share == 0:
+                    self._start_waiting(active, active[uid])
+
+    def _keep_prompt_caches(self, active: dict[int, _Sequence], uids: list[int]) -> None:
         try:
             caches = self._batch.extract_cache(uids)
         except Exception:  # as in _keep_cache: a lost optimisation, not a failed batch
@@ -349,7 +432,22 @@ class LLMEngine(EngineThread[_Sequence]):
             self.prefix_cache = None
             return
         for uid, (cache, tokens) in caches.items():
-            self._keep_cache(tokens, cache, active[uid].keep_at_ends.pop(0))
+            self._keep_cache(tokens, cache, active[uid].request.keep_at_ends.pop(0))
+
+    def _start_waiting(self, active: dict[int, _Sequence], first: _Sequence) -> None:
+        """The other choices of `first`'s request join the batch, each from its own copy of
+        the KV cache `first` has built (all of the prompt but its last token)."""
+        request, prompt = first.request, first.prompt.token_ids
+        waiting, request.waiting = request.waiting, []
+        for seq in waiting:
+            try:
+                cache, done = self._batch.extract_cache([first.uid])[first.uid]
+                segments = [prompt[-1:]]
+            except Exception:  # only a saving: this choice prefills the prompt itself
+                logger.exception("Could not copy a prompt cache; a choice prefills its prompt again")
+                cache, done, segments = None, [], [prompt]
+            self._insert(seq, segments, cache, done)
+            active[seq.uid] = seq
 
     def _keep_cache(self, tokens: Optional[list[int]], cache: Optional[list[Any]], kind: str) -> None:
         if self.prefix_cache is None or not tokens or cache is None:
@@ -362,12 +460,45 @@ class LLMEngine(EngineThread[_Sequence]):
             logger.exception("Could not keep a prompt cache; the prefix cache is turned off")
             self.prefix_cache = None
 
-    def _on_token(self, seq: _Sequence, token: int, finish_reason: Optional[str]) -> object:
+    def _logprobs(self, active: dict[int, _Sequence], responses: list) -> dict[int, TokenLogprob]:
+        """uid -> the entry of the token just generated, for the sequences that asked: the
+        chosen token's log-probability and the top k, out of the row its sampler saw, in one
+        pass over the rows of this step."""
+        import mlx.core as mx
+
+        wanted = [
+            (r, active[r.uid].request.logprobs)
+            for r in responses
+            if r.uid in active and active[r.uid].request.logprobs is not None
+        ]
+        if not wanted:
+            return {}
+        rows = mx.stack([r.logprobs for r, _ in wanted]).astype(mx.float32)
+        chosen = mx.take_along_axis(rows, mx.array([[r.token] for r, _ in wanted]), axis=-1)[:, 0]
+        k = min(max(keep for _, keep in wanted), rows.shape[-1])
+        if k > 0:
+            top_ids = mx.argpartition(-rows, kth=k - 1, axis=-1)[:, :k]
+            top_values = mx.take_along_axis(rows, top_ids, axis=-1)
+            mx.eval(chosen, top_ids, top_values)
+            tops = [list(zip(ids, values)) for ids, values in zip(top_ids.tolist(), top_values.tolist())]
+        else:
+            mx.eval(chosen)
+            tops = [[] for _ in wanted]
+        return {
+            r.uid: entry(self.token_bytes, r.token, value, top, keep)
+            for (r, keep), value, top in zip(wanted, chosen.tolist(), tops)
+        }
+
+    def _on_token(
+        self, seq: _Sequence, token: int, finish_reason: Optional[str], logprob: Optional[TokenLogprob] = None
+    ) -> object:
         """Feed one generated token to its sequence; say whether and how it ended."""
         seq.completion_tokens += 1
         detok = seq.detokenizer
         if finish_reason != "stop":  # an end-of-sequence token is not text
             detok.add_token(token)
+            if logprob is not None:
+                seq.pending_logprobs.append(logprob)
         if finish_reason is not None:
             detok.finalize()
         parsed = seq.parser.feed(detok.last_segment)
@@ -376,7 +507,7 @@ class LLMEngine(EngineThread[_Sequence]):
         if finish_reason is None:
             chunk = self._chunk(seq, parsed)
             if not chunk.is_empty():
-                self._send(seq, chunk)
+                self._send(seq.request, self._with_logprobs(seq, chunk))
             return _RUNNING
         tail = seq.parser.finish()
         merged = ParsedText(
@@ -388,19 +519,30 @@ class LLMEngine(EngineThread[_Sequence]):
         if finish_reason == "stop" and seq.made_tool_call:
             finish_reason = "tool_calls"
         chunk.finish_reason = finish_reason
-        prompt_tokens = len(seq.prompt.token_ids)
-        chunk.usage = UsageInfo(
-            prompt_tokens=prompt_tokens,
-            completion_tokens=seq.completion_tokens,
-            total_tokens=prompt_tokens + seq.completion_tokens,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=seq.cached_tokens),
-        )
-        self._send(seq, chunk)
-        self._finish(seq)
+        self._end_choice(seq, self._with_logprobs(seq, chunk))
         return _STOPPED_BY_PARSER if parsed.stopped else _FINISHED
 
+    def _end_choice(self, seq: _Sequence, chunk: GenerationChunk) -> None:
+        """A choice's last chunk; the request's last one also carries the usage of all choices
+        (the prompt counted once) and ends the stream."""
+        request = seq.request
+        request.running -= 1
+        request.completion_tokens += seq.completion_tokens
+        if request.running == 0 and not request.waiting:
+            prompt_tokens = len(request.prompt.token_ids)
+            chunk.usage = UsageInfo(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=request.completion_tokens,
+                total_tokens=prompt_tokens + request.completion_tokens,
+                prompt_tokens_details=PromptTokensDetails(cached_tokens=request.cached_tokens),
+            )
+            self._send(request, chunk)
+            self._finish(request)
+        else:
+            self._send(request, chunk)
+
     def _chunk(self, seq: _Sequence, parsed: ParsedText) -> GenerationChunk:
-        chunk = GenerationChunk(content=parsed.content, reasoning_content=parsed.reasoning)
+        chunk = GenerationChunk(index=seq.index, content=parsed.content, reasoning_content=parsed.reasoning)
         if parsed.tool_texts:
             calls, failed = parse_tool_calls(parsed.tool_texts, self.tokenizer.tool_parser, seq.tools)
             chunk.tool_calls = calls
@@ -410,26 +552,43 @@ class LLMEngine(EngineThread[_Sequence]):
                 chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
         return chunk
 
+    @staticmethod
+    def _with_logprobs(seq: _Sequence, chunk: GenerationChunk) -> GenerationChunk:
+        """A chunk that goes out carries the entries of the tokens its text came from (a token
+        whose text is held back, as a possible stop string, waits for the next chunk)."""
+        if seq.request.logprobs is not None:
+            chunk.logprobs, seq.pending_logprobs = seq.pending_logprobs, []
+        return chunk
 
-def _merge_chunks(chunks: list[GenerationChunk]) -> GenerationChunk:
-    return reduce(GenerationChunk.merge, chunks)
+
+def _share_point(segments: list[list[int]]) -> int:
+    """How many segment ends a sequence inserted with `segments` reaches before its KV cache
+    holds all of its prompt but the last token (BatchGenerator splits that token off into a
+    segment of its own when the last segment is longer): 0 when only that token is left."""
+    segments = [s for s in segments if s]
+    if not segments:
+        return 0
+    return len(segments) if len(segments[-1]) > 1 else len(segments) - 1
 
 
-def _make_sampler(params: SamplingParams):
+def _make_sampler(params: SamplingParams, choice: int = 0):
     from mlx_lm.sample_utils import make_sampler
 
     if params.temperature == 0 or params.seed is None:
         # Greedy requests share one sampler object, so the batch samples in one call.
         return make_sampler(params.temperature, top_p=params.top_p, min_p=params.min_p, top_k=params.top_k)
-    return _seeded_sampler(params)
+    return _seeded_sampler(params, choice)
 
 
-def _seeded_sampler(params: SamplingParams):
-    """A sampler with its own random key: `seed` is reproducible even inside a batch."""
+def _seeded_sampler(params: SamplingParams, choice: int = 0):
+    """A sampler with its own random key: `seed` is reproducible even inside a batch. Choice
+    i > 0 of a request draws from its own key, split off the seed's, so the first choice of
+    n is the answer n=1 gives."""
     import mlx.core as mx
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-    key = [mx.random.key(params.seed)]
+    seed_key = mx.random.key(params.seed % 2**64)  # a negative seed wraps, as OpenAI takes int64
+    key = [seed_key if choice == 0 else mx.random.split(seed_key, choice + 1)[choice]]
 
     def sample(logprobs):
         if 0 < params.top_p < 1.0:

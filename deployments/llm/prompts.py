@@ -33,6 +33,8 @@ def chat_prompt(tokenizer: Any, request: ChatCompletionRequest) -> Prompt:
         kwargs["tools"] = tools
     if not getattr(tokenizer, "has_chat_template", False):
         raise invalid_request("This model has no chat template; use /v1/completions with a plain prompt.")
+    if request.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", _reasoning_effort(tokenizer, request.reasoning_effort))
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
     except Exception as e:  # a template may raise on shapes it does not support
@@ -43,6 +45,20 @@ def chat_prompt(tokenizer: Any, request: ChatCompletionRequest) -> Prompt:
         if text.rfind(tokenizer.think_start) > text.rfind(tokenizer.think_end):
             state = REASONING
     return Prompt(ids, state, system_end=_system_end(tokenizer, messages, ids, kwargs))
+
+
+def _reasoning_effort(tokenizer: Any, effort: str) -> str:
+    """`reasoning_effort` reaches the model only through a chat template that reads it (as
+    vLLM passes it); for any other model it would be dropped, so it is a 400."""
+    template = getattr(tokenizer, "chat_template", None)
+    sources = template.values() if isinstance(template, dict) else [template or ""]
+    if not any("reasoning_effort" in source for source in sources):
+        raise invalid_request(
+            "reasoning_effort: this model's chat template has no reasoning effort; "
+            'use chat_template_kwargs (e.g. {"enable_thinking": false}) where the template offers it',
+            "reasoning_effort",
+        )
+    return effort
 
 
 def _system_end(tokenizer: Any, messages: list[dict], ids: list[int], kwargs: dict) -> int:

@@ -9,13 +9,14 @@ import base64
 from typing import Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictInt, field_validator
 
 from deployments.protocol.openai import RequestModel
 
 MAX_INPUTS = 2048  # api.openai.com's limit on the inputs of one request
 
-EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]
+# Token ids are integers, never booleans (JSON's true is no token id 1).
+EmbeddingInput = Union[str, list[str], list[StrictInt], list[list[StrictInt]]]
 
 
 class EmbeddingRequest(RequestModel):

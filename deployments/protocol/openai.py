@@ -2,6 +2,9 @@
 
 Requests tolerate unknown fields (clients send vendor extensions); values that are present are
 validated so a bad request fails with a 400 naming the field, before any model work starts.
+Every field of OpenAI's own request is served, ignored as meaningless here (listed in
+docs/api/chat.md), or refused with a 400 that names it (`REFUSED_CHAT_FIELDS`): a field that
+changes what the answer must be is never dropped in silence.
 Responses serialize the way api.openai.com does: `finish_reason: null` is sent explicitly,
 empty optional message fields are left out.
 """
@@ -10,11 +13,20 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_serializer, model_validator
+
+from deployments.protocol.logprobs import (
+    MAX_COMPLETION_LOGPROBS,
+    MAX_TOP_LOGPROBS,
+    ChoiceLogprobs,
+    CompletionLogprobs,
+)
 
 MAX_STOP_SEQUENCES = 16
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+SEED_RANGE = (-(2**63), 2**64 - 1)  # int64 as OpenAI documents it, and the unsigned 64-bit keys MLX takes
 
 
 def now() -> int:
@@ -71,6 +83,17 @@ class ChatMessage(RequestModel):
     tool_calls: Optional[list[ToolCallIn]] = None
     tool_call_id: Optional[str] = None
     reasoning_content: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _check_tool_result(self):
+        # A tool result answers one call: without its id or its content the template would
+        # render a turn the model was never shown (OpenAI requires both).
+        if self.role == "tool":
+            if self.content is None:
+                raise ValueError("content: a tool message needs the tool's result as content")
+            if not self.tool_call_id:
+                raise ValueError("tool_call_id: a tool message needs the id of the call it answers")
+        return self
 
     def has_image(self) -> bool:
         return isinstance(self.content, list) and any(isinstance(p, ImagePart) for p in self.content)
@@ -132,12 +155,14 @@ class SamplingRequest(RequestModel):
     presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: Optional[float] = Field(None, gt=0.0)
     logit_bias: Optional[dict[str, float]] = None
-    seed: Optional[int] = None
+    seed: Optional[StrictInt] = Field(
+        None, ge=SEED_RANGE[0], le=SEED_RANGE[1], description="Same seed, prompt and parameters: the same answer"
+    )
     stop: Union[str, list[str], None] = None
     # vLLM's extension: keep generating past end-of-sequence tokens until max_tokens
     # (benchmarks use it so every request does the same work).
     ignore_eos: bool = False
-    n: int = 1
+    n: Optional[StrictInt] = Field(None, ge=1, description="Choices to generate (up to the slot's llm.max_n)")
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     user: Optional[str] = None
@@ -145,10 +170,20 @@ class SamplingRequest(RequestModel):
     # prefix cache (docs/routing.md); `user` and the x-session-id header are the fallbacks.
     prompt_cache_key: Optional[str] = Field(None, max_length=1024)
 
+    # Tokens generated when the request sets no limit; None: the slot's llm.default_max_tokens.
+    default_max_tokens: ClassVar[Optional[int]] = None
+    # field -> why it is refused (refuse_unserved).
+    refused_fields: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unserved(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            refuse_unserved(data, cls.refused_fields)
+        return data
+
     @model_validator(mode="after")
     def _check_common(self):
-        if self.n != 1:
-            raise ValueError("n: only n=1 is supported; send several requests for several choices")
         stops = self.stop_list()
         if len(stops) > MAX_STOP_SEQUENCES:
             raise ValueError(f"stop: at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
@@ -167,6 +202,35 @@ class SamplingRequest(RequestModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    def choice_count(self) -> int:
+        return self.n or 1
+
+    def logprob_count(self) -> Optional[int]:
+        """How many alternatives each token's log-probability comes with; None: no logprobs."""
+        return None
+
+
+def refuse_unserved(data: dict[str, Any], refused: dict[str, str]) -> None:
+    """A 400 naming the first field of OpenAI's request that is set and that nothing here serves."""
+    for name, why in refused.items():
+        value = data.get(name)
+        if value is None or (name == "modalities" and isinstance(value, list) and set(value) <= {"text"}):
+            continue
+        raise ValueError(f"{name}: {why}")
+
+
+# The chat request's fields that would change the answer and that no slot here can honour
+# (docs/api/chat.md sorts every field of OpenAI's request).
+REFUSED_CHAT_FIELDS = {
+    "audio": "audio output is not served by chat completions here; use /v1/audio/speech",
+    "modalities": "only text output is served by chat completions here; use /v1/audio/speech for audio",
+    "functions": "the deprecated `functions` are not served; send them as `tools`",
+    "function_call": "the deprecated `function_call` is not served; use `tool_choice` with `tools`",
+    "web_search_options": "web search is not served here",
+    "moderation": "moderation is not served here",
+    "verbosity": "verbosity is not served here; ask for it in the messages or set max_tokens",
+}
+
 
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(..., min_length=1)
@@ -174,6 +238,24 @@ class ChatCompletionRequest(SamplingRequest):
     tools: Optional[list[ToolDefinition]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
+    logprobs: Optional[StrictBool] = Field(None, description="Return each answer token's log-probability")
+    top_logprobs: Optional[StrictInt] = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="With logprobs: the most likely alternatives per token"
+    )
+    # Passed to the chat template for models whose template reads it (gpt-oss); a 400 otherwise
+    # (deployments/llm/prompts.py), since nothing else here can honour it.
+    reasoning_effort: Optional[str] = Field(None, max_length=32)
+
+    refused_fields: ClassVar[dict[str, str]] = REFUSED_CHAT_FIELDS
+
+    @model_validator(mode="after")
+    def _check_logprobs(self):
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs: true")
+        return self
+
+    def logprob_count(self) -> Optional[int]:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def has_images(self) -> bool:
         """Image parts go to a vision model only (deployments/ingress/serving/generation.py)."""
@@ -189,9 +271,16 @@ class ChatCompletionRequest(SamplingRequest):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: Union[str, list[str], list[int]]
+    # Token ids are integers, never booleans (JSON's false is no token id 0).
+    prompt: Union[str, list[str], list[StrictInt]]
     echo: bool = False
     suffix: Optional[str] = None
+    logprobs: Optional[StrictInt] = Field(
+        None, ge=0, le=MAX_COMPLETION_LOGPROBS, description="Log-probabilities of this many alternatives per token"
+    )
+    best_of: Optional[StrictInt] = Field(None, ge=1)
+
+    default_max_tokens: ClassVar[Optional[int]] = COMPLETION_DEFAULT_MAX_TOKENS
 
     @model_validator(mode="after")
     def _check_prompt(self):
@@ -202,10 +291,31 @@ class CompletionRequest(SamplingRequest):
                 raise ValueError("prompt: only one prompt per request is supported")
         if self.suffix:
             raise ValueError("suffix: insertion (fill-in-the-middle) is not supported")
+        if self.best_of not in (None, 1, self.choice_count()):
+            raise ValueError("best_of: ranking candidates server-side is not served; ask for n choices instead")
+        if self.echo and self.token_ids() is not None:
+            raise ValueError("echo: a prompt of token ids cannot be echoed as text here; send the prompt as text")
+        if self.echo and self.logprobs is not None:
+            raise ValueError("echo: the prompt's log-probabilities are not served; drop echo or logprobs")
         return self
 
     def token_budget(self) -> Optional[int]:
         return self.max_tokens
+
+    def token_ids(self) -> Optional[list[int]]:
+        """The prompt as token ids, or None for a text prompt."""
+        if isinstance(self.prompt, list) and isinstance(self.prompt[0], int):
+            return list(self.prompt)  # type: ignore[arg-type]
+        return None
+
+    def prompt_text(self) -> Optional[str]:
+        """The prompt as text, or None for token ids."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return None if self.token_ids() is not None else self.prompt[0]  # type: ignore[return-value]
+
+    def logprob_count(self) -> Optional[int]:
+        return self.logprobs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +377,7 @@ class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: FinishReason = None
-    logprobs: None = None
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -284,7 +394,7 @@ class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: DeltaMessage
     finish_reason: FinishReason = None
-    logprobs: None = None
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -300,7 +410,7 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: FinishReason = None
-    logprobs: None = None
+    logprobs: Optional[CompletionLogprobs] = None
 
 
 class CompletionResponse(BaseModel):

@@ -31,6 +31,12 @@ class SpeechRequest(BaseModel):
     stream: bool = Field(False, description='MiniInfer SSE: data: {"delta": <base64 pcm>}')
     stream_format: Optional[Literal["audio", "sse"]] = None
 
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice_by_id(cls, v):
+        # OpenAI's custom-voice form, {"id": "..."}: the id names a voice here as a string does.
+        return v["id"] if isinstance(v, dict) and isinstance(v.get("id"), str) else v
+
     @field_validator("instruct", "language", "voice", "reference_text")
     @classmethod
     def _blank_is_none(cls, v: Optional[str]) -> Optional[str]:

@@ -4,9 +4,10 @@ response shapes. Ray-free and MLX-free."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from deployments.protocol.errors import invalid_request
 
@@ -66,6 +67,13 @@ class SpeakerOptions(BaseModel):
         )
 
 
+NOT_SERVED = {
+    "include": "the transcript's logprobs are not served here",
+    "keywords": "keyword biasing is not served here; put the words in `prompt` (Whisper's prompt biases toward them)",
+    "languages": "a list of candidate languages is not served here; send one `language`, or none to detect it",
+}
+
+
 class TranscriptionParams(SpeakerOptions):
     model_config = ConfigDict(extra="ignore")  # clients send extras (stream, chunking_strategy, ...)
 
@@ -78,12 +86,25 @@ class TranscriptionParams(SpeakerOptions):
     diarize: bool = False  # MiniInfer's ?diarize=1; diarized_json implies it
     stream: bool = False  # SSE transcript.text.delta (/ .segment when diarized) / transcript.text.done events
     task: Literal["transcribe", "translate"] = "transcribe"  # set by the route, never by the client
+    # OpenAI's: accepted and meaningless here (the ASR slot always cuts the audio at VAD pauses).
+    chunking_strategy: Optional[Any] = None
+    # OpenAI's, not served: a 400 naming them, never a transcript without what they ask for.
+    include: list[str] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+    languages: list[str] = Field(default_factory=list)
 
     @field_validator("language", "prompt", "model")
     @classmethod
     def _blank_is_none(cls, value: Optional[str]) -> Optional[str]:
         value = value.strip() if isinstance(value, str) else value
         return value or None
+
+    @field_validator("include", "keywords", "languages")
+    @classmethod
+    def _not_served(cls, value: list[str], info) -> list[str]:
+        if value:
+            raise PydanticCustomError("not_served", NOT_SERVED[info.field_name])
+        return value
 
     @field_validator("stream")
     @classmethod

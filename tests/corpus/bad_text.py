@@ -28,7 +28,7 @@ BAD_VALUES = {
     "presence_penalty": [5, -3, "x"],
     "repetition_penalty": [0, -1, "x"],
     "stop": [1, [1, 2], {}, [""], ["a"] * 17],
-    "n": [0, 2, -1, "two"],
+    "n": [0, 9, -1, "two"],  # 9: over llm.max_n (8)
     "stream": ["maybe", 2, {}, []],
     "seed": ["x", 1.5, []],
     "logit_bias": [[], "x", {"a": 1}, {"99999999": 1}, {"1": "high"}],

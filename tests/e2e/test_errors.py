@@ -19,10 +19,10 @@ def test_unknown_model_is_404_model_not_found(client, http):
     assert_openai_error(r, 404, "model", "model_not_found")
 
 
-def test_n_other_than_one_is_400(client):
+def test_n_over_the_limit_is_400(client):
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=HELLO, n=2)
-    assert "n=1" in info.value.message
+        client.chat.completions.create(model=MODEL, messages=HELLO, n=9)  # llm.max_n is 8
+    assert info.value.body["param"] == "n" and "8" in info.value.message
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from deployments.diarization.config import SPEAKER_MODEL_ID
-from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, validated
+from deployments.ingress.audio_params import (
+    SPEAKER_FIELDS,
+    SPEAKER_LISTS,
+    audio_body_doc,
+    collect,
+    form_fields_schema,
+    validated,
+)
 from deployments.ingress.serving.diarization import ServingDiarization
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
@@ -20,8 +27,14 @@ router = APIRouter(tags=["audio"])
 
 _PARAM_NAMES = ("model", "response_format", *SPEAKER_FIELDS)
 
+DIARIZATION_BODY_DOC = audio_body_doc(
+    form_fields_schema(DiarizationParams, _PARAM_NAMES, SPEAKER_LISTS),
+    "A multipart form with the audio as `file`, or the audio bytes as the body with the same "
+    "parameters in the query string.",
+)
 
-@router.post("/v1/audio/diarization")
+
+@router.post("/v1/audio/diarization", openapi_extra=DIARIZATION_BODY_DOC)
 async def create_diarization(request: Request, state: IngressState = Depends(ingress_state)):
     serving = ServingDiarization(state)
     params, audio, name = await _parse(request)

@@ -21,7 +21,7 @@ from fastapi.responses import Response
 
 from deployments.ingress.requests import LenientJSONRoute
 from deployments.ingress.routers.audio_speech import clone_form
-from deployments.ingress.routers.audio_transcriptions import transcribe
+from deployments.ingress.routers.audio_transcriptions import TRANSCRIPTION_BODY_DOC, transcribe
 from deployments.ingress.serving.speech import CloneForm, ServingSpeech
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.speech import SpeechRequest
@@ -52,11 +52,11 @@ async def sovits_speech(request: SpeechRequest, state: IngressState = Depends(in
     return await ServingSpeech(state).speak(request, None, state.catalog.family("tts", "gpt-sovits"))
 
 
-@router.post("/v1/audio/asr/qwen3")
+@router.post("/v1/audio/asr/qwen3", openapi_extra=TRANSCRIPTION_BODY_DOC)
 async def qwen3_transcription(request: Request, state: IngressState = Depends(ingress_state)):
     return await transcribe(request, state, "qwen3-asr")
 
 
-@router.post("/v1/audio/asr/paraformer")
+@router.post("/v1/audio/asr/paraformer", openapi_extra=TRANSCRIPTION_BODY_DOC)
 async def paraformer_transcription(request: Request, state: IngressState = Depends(ingress_state)):
     return await transcribe(request, state, "paraformer")

@@ -22,7 +22,15 @@ from typing import Optional
 
 from fastapi import APIRouter, Depends, Request
 
-from deployments.ingress.audio_params import SPEAKER_FIELDS, SPEAKER_LISTS, collect, data_url_bytes, validated
+from deployments.ingress.audio_params import (
+    SPEAKER_FIELDS,
+    SPEAKER_LISTS,
+    audio_body_doc,
+    collect,
+    data_url_bytes,
+    form_fields_schema,
+    validated,
+)
 from deployments.ingress.serving.transcription import ServingTranscription
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import APIError, invalid_request
@@ -30,16 +38,36 @@ from deployments.protocol.transcription import TranscriptionParams
 
 router = APIRouter(tags=["audio"])
 
-_PARAM_NAMES = ("model", "language", "prompt", "response_format", "temperature", "stream", "diarize", *SPEAKER_FIELDS)
-_LIST_NAMES = ("timestamp_granularities", *SPEAKER_LISTS)
+_PARAM_NAMES = (
+    "model",
+    "language",
+    "prompt",
+    "response_format",
+    "temperature",
+    "stream",
+    "diarize",
+    "chunking_strategy",
+    *SPEAKER_FIELDS,
+)
+_SERVED_LISTS = ("timestamp_granularities", *SPEAKER_LISTS)
+_LIST_NAMES = (*_SERVED_LISTS, "include", "keywords", "languages")  # the last three: read to be refused
+
+# What /docs and generated clients see: the three forms, with the fields the route serves.
+TRANSCRIPTION_BODY_DOC = audio_body_doc(
+    form_fields_schema(TranscriptionParams, _PARAM_NAMES, _SERVED_LISTS),
+    "A multipart form (OpenAI) with the audio as `file`; or the audio bytes as the body with the "
+    "same parameters in the query string (MiniInfer: `?diarize=1`); or JSON (OminiX-API) with "
+    "`file` as base64 or a server path.",
+    json_fields=form_fields_schema(TranscriptionParams, _PARAM_NAMES + _SERVED_LISTS, ()),
+)
 
 
-@router.post("/v1/audio/transcriptions")
+@router.post("/v1/audio/transcriptions", openapi_extra=TRANSCRIPTION_BODY_DOC)
 async def create_transcription(request: Request, state: IngressState = Depends(ingress_state)):
     return await transcribe(request, state)
 
 
-@router.post("/v1/audio/translations")
+@router.post("/v1/audio/translations", openapi_extra=TRANSCRIPTION_BODY_DOC)
 async def create_translation(request: Request, state: IngressState = Depends(ingress_state)):
     """OpenAI's translations (speech in any language -> English text): multilingual Whisper only."""
     return await transcribe(request, state, task="translate")

@@ -7,8 +7,10 @@ then (never by guessing from its content); image parts sent to any other model a
 images are loaded and checked here (deployments/vlm/images.py: data URLs, remote URLs only
 where allowed, decodable, within the limits) before the slot sees the request.
 
-Both serving classes pick the model, open the slot's stream (errors before its first chunk keep
-their HTTP status) and answer; each builds its own response shapes.
+Both serving classes pick the model, check what only the ingress knows (the slot's `n` limit),
+open the slot's stream (errors before its first chunk keep their HTTP status) and answer; each
+builds its own response shapes. A request for n choices is one slot stream whose chunks name
+their choice.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.serving.cuda import routes_to_cuda, serve_cuda_chat
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request
-from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.generation import GenerationChunk, collect_choices
+from deployments.protocol.logprobs import ChoiceLogprobs, CompletionLogprobShaper
 from deployments.protocol.openai import (
     AssistantMessage,
     ChatChoice,
@@ -39,6 +42,7 @@ from deployments.protocol.openai import (
     DeltaMessage,
     SamplingRequest,
     ToolCallDelta,
+    UsageInfo,
     now,
     random_id,
 )
@@ -48,7 +52,9 @@ from deployments.vlm.images import ImageLimits, load_images
 
 # Both get the resolved model id, which responses echo.
 StreamBuilder = Callable[[SlotStream, str], AsyncIterator[BaseModel | dict | bytes]]
-FullBuilder = Callable[[GenerationChunk, str], BaseModel]
+FullBuilder = Callable[[dict[int, GenerationChunk], Optional[UsageInfo], str], BaseModel]
+
+DEFAULT_MAX_N = 8  # the LLM slot's llm.max_n when its catalog entry does not say
 
 
 async def serve_generation(
@@ -65,13 +71,26 @@ async def serve_generation(
     `args` follow the request in the slot call (the VLM's images)."""
     client = state.slot(slot)
     model = state.catalog.resolve(slot, request.model)
+    check_choice_count(state, slot, request)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
     session = llm_affinity_key(request, session_header)
     stream = await client.stream(method, request, *args, model=model, session=session)
     model = (stream.first.model if stream.first else None) or model or "unknown"
     if request.stream:
         return sse_response(to_events(stream, model))
-    return json_response(to_response(await stream.collect(), model))
+    choices, usage = collect_choices([chunk async for chunk in stream.chunks()])
+    return json_response(to_response(choices, usage, model))
+
+
+def check_choice_count(state: IngressState, slot: str, request: SamplingRequest) -> None:
+    """n over the slot's limit is a 400 before the slot sees the request."""
+    limit = state.catalog.slots[slot].options.get("max_n", DEFAULT_MAX_N)
+    if request.choice_count() > limit:
+        raise invalid_request(f"n: at most {limit} choices per request are served here (llm.max_n)", "n")
+
+
+def chat_logprobs(part: GenerationChunk) -> Optional[ChoiceLogprobs]:
+    return None if part.logprobs is None else ChoiceLogprobs(content=part.logprobs)
 
 
 async def serve_chat(
@@ -102,9 +121,21 @@ def image_limits(state: IngressState) -> ImageLimits:
     return ImageLimits.from_dict(state.catalog.slots["vlm"].options.get("image_limits"))
 
 
+def check_vlm_fields(request: ChatCompletionRequest) -> None:
+    """What the LLM slot serves and mlx-vlm's one-sequence generation here cannot: a 400 naming
+    the field, never an answer without it."""
+    if request.choice_count() > 1:
+        raise invalid_request("n: the VLM slot generates one choice per request", "n")
+    if request.logprobs:
+        raise invalid_request("logprobs: the VLM slot does not return log-probabilities", "logprobs")
+    if request.reasoning_effort is not None:
+        raise invalid_request("reasoning_effort: not served by the VLM slot", "reasoning_effort")
+
+
 async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> ServingChat:
     """The serving class that answers this chat request on a local slot, with its images loaded."""
     if serves_vision(state, request.model):
+        check_vlm_fields(request)
         return ServingChat(state, "vlm", tuple(await load_images(request.messages, image_limits(state))))
     if request.has_images():
         vision = state.catalog.ids("vlm")
@@ -132,17 +163,26 @@ class ServingChat:
         """`session_header`: the client's x-session-id, a routing key when the body has none."""
         request_id = random_id("chatcmpl")
 
-        def to_response(total: GenerationChunk, model: str) -> ChatCompletionResponse:
-            message = AssistantMessage(
-                content=total.content if (total.content or not total.tool_calls) else None,
-                reasoning_content=total.reasoning_content or None,
-                tool_calls=total.tool_calls or None,
-            )
-            choice = ChatChoice(message=message, finish_reason=total.finish_reason)
-            return ChatCompletionResponse(id=request_id, model=model, choices=[choice], usage=total.usage)
+        def to_response(
+            totals: dict[int, GenerationChunk], usage: Optional[UsageInfo], model: str
+        ) -> ChatCompletionResponse:
+            choices = [
+                ChatChoice(
+                    index=index,
+                    message=AssistantMessage(
+                        content=total.content if (total.content or not total.tool_calls) else None,
+                        reasoning_content=total.reasoning_content or None,
+                        tool_calls=total.tool_calls or None,
+                    ),
+                    finish_reason=total.finish_reason,
+                    logprobs=chat_logprobs(total),
+                )
+                for index, total in totals.items()
+            ]
+            return ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
 
         def to_events(stream: SlotStream, model: str) -> AsyncIterator[ChatCompletionChunk]:
-            return chat_events(stream, request_id, model, request.include_usage())
+            return chat_events(stream, request_id, model, request.include_usage(), request.choice_count())
 
         return await serve_generation(
             self.state, "chat", request, session_header, to_events, to_response, self.slot, self.args
@@ -150,38 +190,43 @@ class ServingChat:
 
 
 async def chat_events(
-    stream: SlotStream, request_id: str, model: str, include_usage: bool
+    stream: SlotStream, request_id: str, model: str, include_usage: bool, n: int = 1
 ) -> AsyncIterator[ChatCompletionChunk | bytes]:
     created = now()  # one timestamp for the whole stream, as OpenAI's chunks carry
 
-    def chunk(delta: DeltaMessage, finish_reason=None) -> ChatCompletionChunk:
-        choices = [ChatChunkChoice(delta=delta, finish_reason=finish_reason)]
+    def chunk(index: int, delta: DeltaMessage, finish_reason=None, logprobs=None) -> ChatCompletionChunk:
+        choices = [ChatChunkChoice(index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs)]
         return ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices)
 
-    # Most events carry only answer text: framed once, then one string encoded per token.
-    content_event = SSEFrame(chunk(DeltaMessage(content=HOLE)))
-    yield chunk(DeltaMessage(role="assistant", content=""))
-    tool_index = 0
+    # Most events carry only answer text: framed once per choice, then one string encoded per token.
+    content_events: dict[int, SSEFrame] = {}
+    for index in range(n):
+        yield chunk(index, DeltaMessage(role="assistant", content=""))
+    tool_index: dict[int, int] = {}  # per choice: its tool calls are numbered from 0
     usage = None
     async for part in stream.chunks():
-        if part.content and not (part.reasoning_content or part.tool_calls or part.finish_reason):
-            yield content_event(part.content)
+        index, logprobs = part.index, chat_logprobs(part)
+        usage = part.usage or usage
+        if part.content and logprobs is None and not (part.reasoning_content or part.tool_calls or part.finish_reason):
+            if index not in content_events:
+                content_events[index] = SSEFrame(chunk(index, DeltaMessage(content=HOLE)))
+            yield content_events[index](part.content)
             continue
         tool_deltas = []
         for call in part.tool_calls:
-            tool_deltas.append(ToolCallDelta(index=tool_index, **call.model_dump()))
-            tool_index += 1
+            tool_deltas.append(ToolCallDelta(index=tool_index.get(index, 0), **call.model_dump()))
+            tool_index[index] = tool_index.get(index, 0) + 1
         if part.content or part.reasoning_content or tool_deltas:
-            yield chunk(
-                DeltaMessage(
-                    content=part.content or None,
-                    reasoning_content=part.reasoning_content or None,
-                    tool_calls=tool_deltas or None,
-                )
+            delta = DeltaMessage(
+                content=part.content or None,
+                reasoning_content=part.reasoning_content or None,
+                tool_calls=tool_deltas or None,
             )
+            yield chunk(index, delta, logprobs=logprobs)
+            logprobs = None
         if part.finish_reason is not None:
-            usage = part.usage
-            yield chunk(DeltaMessage(), part.finish_reason)
+            # Entries of tokens that left no text (a stop string's) come with the finish.
+            yield chunk(index, DeltaMessage(), part.finish_reason, logprobs if logprobs and logprobs.content else None)
     if include_usage and usage is not None:
         yield ChatCompletionChunk(id=request_id, created=created, model=model, choices=[], usage=usage)
 
@@ -196,25 +241,46 @@ class ServingCompletion:
         self, request: CompletionRequest, session_header: Optional[str] = None
     ) -> JSONResponse | StreamingResponse:
         request_id = random_id("cmpl")
-        echo = request.prompt if request.echo and isinstance(request.prompt, str) else ""
+        echo = (request.prompt_text() or "") if request.echo else ""
 
-        def event(model: str, text: str, finish_reason=None, usage=None) -> CompletionResponse:
-            choices = [] if usage else [CompletionChoice(text=text, finish_reason=finish_reason)]
+        def event(model: str, choice: Optional[CompletionChoice] = None, usage=None) -> CompletionResponse:
+            choices = [] if choice is None else [choice]
             return CompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
 
-        def to_response(total: GenerationChunk, model: str) -> CompletionResponse:
-            choice = CompletionChoice(text=echo + total.content, finish_reason=total.finish_reason)
-            return CompletionResponse(id=request_id, model=model, choices=[choice], usage=total.usage)
+        def to_response(
+            totals: dict[int, GenerationChunk], usage: Optional[UsageInfo], model: str
+        ) -> CompletionResponse:
+            choices = [
+                CompletionChoice(
+                    index=index,
+                    text=echo + total.content,
+                    finish_reason=total.finish_reason,
+                    logprobs=None
+                    if total.logprobs is None
+                    else CompletionLogprobShaper(len(echo)).shape(total.logprobs),
+                )
+                for index, total in totals.items()
+            ]
+            return CompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
 
         async def to_events(stream: SlotStream, model: str) -> AsyncIterator[CompletionResponse]:
             if echo:
-                yield event(model, echo)
-            usage: Optional[object] = None
+                for index in range(request.choice_count()):
+                    yield event(model, CompletionChoice(index=index, text=echo))
+            shapers: dict[int, CompletionLogprobShaper] = {}
+            usage: Optional[UsageInfo] = None
             async for part in stream.chunks():
                 if part.content or part.finish_reason:
-                    yield event(model, part.content, part.finish_reason)
+                    logprobs = None
+                    if part.logprobs is not None:
+                        shaper = shapers.setdefault(part.index, CompletionLogprobShaper(len(echo)))
+                        logprobs = shaper.shape(part.logprobs)
+                    choice = CompletionChoice(
+                        index=part.index, text=part.content, finish_reason=part.finish_reason, logprobs=logprobs
+                    )
+                    yield event(model, choice)
                 usage = part.usage or usage
             if request.include_usage() and usage is not None:
-                yield event(model, "", usage=usage)
+                yield event(model, usage=usage)
 
         return await serve_generation(self.state, "completions", request, session_header, to_events, to_response)

@@ -74,6 +74,13 @@ def test_unsupported_requests(fields):
         check_supported(request(**fields))
 
 
+@pytest.mark.parametrize("fields", [{"n": 2}, {"logprobs": True}, {"logprobs": True, "top_logprobs": 1}])
+def test_several_choices_and_logprobs_are_unsupported(fields):
+    with pytest.raises(Unsupported):
+        check_supported(request(**fields))
+    check_supported(request(n=1, logprobs=False))  # what the worker does anyway
+
+
 @pytest.mark.parametrize(
     "fields",
     [

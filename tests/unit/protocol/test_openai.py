@@ -26,7 +26,7 @@ def test_unknown_fields_are_tolerated():
 @pytest.mark.parametrize(
     "extra, field",
     [
-        ({"n": 2}, "n"),
+        ({"n": 0}, "n"),
         ({"temperature": 3}, "temperature"),
         ({"top_p": 0}, "top_p"),
         ({"max_tokens": 0}, "max_tokens"),
