@@ -13,6 +13,7 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import queue
@@ -23,8 +24,11 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
-from deployments.llm.output import OutputParser, ParsedText
+from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
+from deployments.llm.output import REASONING, OutputParser, ParsedText
 from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
@@ -85,6 +89,19 @@ class SamplingParams:
         )
 
 
+@dataclass
+class Guided:
+    """A constrained sequence: its token mask, and whether its tool calls are the answer's JSON
+    (a model without a tool-call syntax of its own: deployments/llm/constraints.py)."""
+
+    mask: TokenMask
+    json_calls: bool = False
+
+    @classmethod
+    def of(cls, plan: Plan, mask: TokenMask) -> Guided:
+        return cls(mask, plan.json_calls)
+
+
 @dataclass(eq=False)
 class _Sequence(Message):
     """One request's life inside the engine: the inbox message and its decoding state."""
@@ -92,6 +109,8 @@ class _Sequence(Message):
     prompt: Prompt
     params: SamplingParams
     tools: Optional[list[dict[str, Any]]]
+    guided: Optional[Guided] = None
+    held: str = ""  # a constrained answer that is tool calls: its JSON, until it is complete
     uid: Optional[int] = None
     parser: Optional[OutputParser] = None
     detokenizer: Any = None
@@ -117,8 +136,17 @@ class LLMEngine(EngineThread[_Sequence]):
         self.context_length: Optional[int] = None
         self.generation_defaults: dict[str, Any] = {}
         self.prefix_cache: Optional[PrefixCache] = None
+        self.vocab_size: Optional[int] = None  # the width of the logits
+        self._guides = GuideCache()
         # Written by the engine thread only; read for status and tests.
-        self.stats = {"running": 0, "finished": 0, "aborted": 0, "generated_tokens": 0}
+        self.stats = {
+            "running": 0,
+            "finished": 0,
+            "aborted": 0,
+            "generated_tokens": 0,
+            "constrained_tokens": 0,  # tokens generated under a grammar's mask
+            "mask_seconds": 0.0,  # spent computing those masks
+        }
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -148,14 +176,28 @@ class LLMEngine(EngineThread[_Sequence]):
             if not 0 <= token < vocab:
                 raise invalid_request(f"logit_bias: token id {token} is not in [0, {vocab})", "logit_bias")
 
+    async def guide(self, constraint: Optional[Constraint], prompt: Prompt) -> Optional[Guided]:
+        """The token mask that holds one sequence to `constraint` (None: nothing to enforce).
+        Compiled off the engine thread, before the sequence joins the batch: a grammar that
+        cannot be compiled is a 400 before any token, and never stalls the running batch."""
+        if constraint is None:
+            return None
+        return await asyncio.to_thread(self._guided, constraint, prompt)
+
+    def _guided(self, constraint: Constraint, prompt: Prompt) -> Optional[Guided]:
+        guide = self._guides.get(self.tokenizer, self.vocab_size)
+        plan = guide.plan(constraint, prompt.split_reasoning, prompt.initial_state == REASONING)
+        return None if plan is None else Guided.of(plan, guide.mask(plan.grammar))
+
     def generate(
         self,
         prompt: Prompt,
         params: SamplingParams,
         tools: Optional[list[dict[str, Any]]] = None,
+        guided: Optional[Guided] = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Stream the generation; closing the iterator early removes it from the batch."""
-        return self.stream(_Sequence(prompt, params, tools), merge=_merge_chunks)
+        return self.stream(_Sequence(prompt, params, tools, guided), merge=_merge_chunks)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -176,6 +218,7 @@ class LLMEngine(EngineThread[_Sequence]):
         self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
         self.context_length = model_config.get("max_position_embeddings")
+        self.vocab_size = (model_config.get("text_config") or model_config).get("vocab_size")
         gen_config = self.model_dir / "generation_config.json"
         if gen_config.exists():
             raw = json.loads(gen_config.read_text())
@@ -308,14 +351,18 @@ class LLMEngine(EngineThread[_Sequence]):
         think = (tok.think_start, tok.think_end) if tok.has_thinking and seq.prompt.split_reasoning else None
         tool_call = (
             (tok.tool_call_start, tok.tool_call_end)
-            if tok.has_tool_calling and seq.tools and tok.tool_call_end
+            if tok.has_tool_calling and seq.tools and tok.tool_call_end and not (seq.guided and seq.guided.json_calls)
             else None
         )
         seq.parser = OutputParser(
             stop=seq.params.stop, think=think, tool_call=tool_call, initial_state=seq.prompt.initial_state
         )
         seq.detokenizer = tok.detokenizer
-        eos = [] if seq.params.ignore_eos else [(t,) for t in tok.eos_token_ids]
+        processors = _make_logits_processors(seq.params)
+        # A grammar's end is an end-of-sequence token: it ends the answer even under ignore_eos.
+        eos = [] if seq.params.ignore_eos and not seq.guided else [(t,) for t in tok.eos_token_ids]
+        if seq.guided:
+            processors.append(_mask_processor(seq.guided.mask))
         plan = self._plan_prefill(seq.prompt)
         seq.cached_tokens, seq.keep_at_ends = plan.cached, plan.keep_at_ends
         (seq.uid,) = self._batch.insert_segments(
@@ -324,7 +371,7 @@ class LLMEngine(EngineThread[_Sequence]):
             caches=[plan.cache],
             all_tokens=[seq.prompt.token_ids[: plan.cached]],
             samplers=[_make_sampler(seq.params)],
-            logits_processors=[_make_logits_processors(seq.params)],
+            logits_processors=[processors],
             stop_sequences=[StopSequences(eos)],
         )
 
@@ -365,6 +412,12 @@ class LLMEngine(EngineThread[_Sequence]):
     def _on_token(self, seq: _Sequence, token: int, finish_reason: Optional[str]) -> object:
         """Feed one generated token to its sequence; say whether and how it ended."""
         seq.completion_tokens += 1
+        if seq.guided and seq.guided.mask.error:
+            # Only a bypassed mask gets here: the answer would not follow the constraint.
+            logger.error("A constrained sequence left its grammar: %s", seq.guided.mask.error)
+            self._fail(seq, server_error(f"Constrained generation failed: {seq.guided.mask.error}"))
+            self._count_mask(seq)
+            return _FINISHED if finish_reason is not None else _STOPPED_BY_PARSER
         detok = seq.detokenizer
         if finish_reason != "stop":  # an end-of-sequence token is not text
             detok.add_token(token)
@@ -384,7 +437,7 @@ class LLMEngine(EngineThread[_Sequence]):
             reasoning=parsed.reasoning + tail.reasoning,
             tool_texts=parsed.tool_texts + tail.tool_texts,
         )
-        chunk = self._chunk(seq, merged)
+        chunk = self._chunk(seq, merged, final=True)
         if finish_reason == "stop" and seq.made_tool_call:
             finish_reason = "tool_calls"
         chunk.finish_reason = finish_reason
@@ -397,17 +450,34 @@ class LLMEngine(EngineThread[_Sequence]):
         )
         self._send(seq, chunk)
         self._finish(seq)
+        self._count_mask(seq)
         return _STOPPED_BY_PARSER if parsed.stopped else _FINISHED
 
-    def _chunk(self, seq: _Sequence, parsed: ParsedText) -> GenerationChunk:
+    def _count_mask(self, seq: _Sequence) -> None:
+        if seq.guided:
+            self.stats["constrained_tokens"] += seq.guided.mask.steps
+            self.stats["mask_seconds"] += seq.guided.mask.seconds
+
+    def _chunk(self, seq: _Sequence, parsed: ParsedText, final: bool = False) -> GenerationChunk:
+        if seq.guided and seq.guided.json_calls:
+            # The answer is the calls' JSON: held back, and sent as tool calls once complete.
+            seq.held += parsed.content
+            parsed = ParsedText(reasoning=parsed.reasoning, tool_texts=[seq.held] if final else [])
+            parser = parse_json_calls
+        else:
+            parser = self.tokenizer.tool_parser
         chunk = GenerationChunk(content=parsed.content, reasoning_content=parsed.reasoning)
         if parsed.tool_texts:
-            calls, failed = parse_tool_calls(parsed.tool_texts, self.tokenizer.tool_parser, seq.tools)
+            calls, failed = parse_tool_calls(parsed.tool_texts, parser, seq.tools)
             chunk.tool_calls = calls
             seq.made_tool_call = seq.made_tool_call or bool(calls)
-            # A call the parser could not read goes back to the client as text, not into a void.
+            # A call the parser could not read goes back to the client as text, not into a void
+            # (a constrained call cut short by max_tokens, say).
             for text in failed:
-                chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
+                if parser is parse_json_calls:
+                    chunk.content += text
+                else:
+                    chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
         return chunk
 
 
@@ -444,7 +514,29 @@ def _seeded_sampler(params: SamplingParams):
     return sample
 
 
-def _make_logits_processors(params: SamplingParams):
+def _mask_processor(mask: TokenMask):
+    """The grammar as a logits processor: what the mask forbids gets -inf. The batch calls it
+    once per step with the sequence's tokens so far; the first call comes before any generated
+    token (its last token is the prompt's)."""
+    import mlx.core as mx
+
+    started = [False]
+
+    def apply(tokens, logits):
+        # Start this step's forward pass now: it runs while the matcher computes the mask.
+        mx.async_eval(logits)
+        last = int(tokens[-1].item()) if started[0] else None
+        started[0] = True
+        allowed = mask.allowed(last)
+        width = logits.shape[-1]
+        if allowed.shape[0] != width:  # logits wider than the vocabulary: the rest never allowed
+            allowed = np.pad(allowed[:width], (0, max(0, width - allowed.shape[0])))
+        return mx.where(mx.array(allowed), logits, mx.array(-float("inf"), dtype=logits.dtype))
+
+    return apply
+
+
+def _make_logits_processors(params: SamplingParams) -> list:
     from mlx_lm.sample_utils import make_logits_processors
 
     return make_logits_processors(

@@ -2,11 +2,14 @@
 slot's stream of `GenerationChunk`s into OpenAI's JSON response or SSE chunks.
 
 Both pick the model, open the slot's stream (errors before its first chunk keep their HTTP
-status) and answer; each builds its own response shapes.
+status) and answer; each builds its own response shapes. A constrained answer (`response_format`,
+`tool_choice`) is checked here first: a schema the grammar engine cannot compile, or a forced
+tool that is not there, is a 400 that never reaches a replica (deployments/llm/constraints.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Optional
 
@@ -16,6 +19,7 @@ from pydantic import BaseModel
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.state import IngressState
+from deployments.llm.constraints import checked_constraint
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import (
     AssistantMessage,
@@ -53,6 +57,9 @@ async def serve_generation(
 ) -> JSONResponse | StreamingResponse:
     """Shared body of /v1/chat/completions (on the LLM or the VLM slot) and /v1/completions.
     `args` follow the request in the slot call (the VLM's images)."""
+    if slot == "llm":
+        # Compiling a large schema takes milliseconds: off the event loop.
+        await asyncio.to_thread(checked_constraint, request)
     client = state.slot(slot)
     model = state.catalog.resolve(slot, request.model)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.

@@ -3,7 +3,9 @@
 A chat completion goes to the VLM slot when its `model` is one the VLM slot serves, and only
 then (never by guessing from its content); image parts sent to any other model are a 400. The
 images are loaded and checked here (deployments/vlm/images.py: data URLs, remote URLs only
-where allowed, decodable, within the limits) before the slot sees the request.
+where allowed, decodable, within the limits) before the slot sees the request. Constrained
+answers (`response_format`, a forced `tool_choice`) are the LLM slot's alone: the VLM engine
+(mlx-vlm's one-request generation) applies no grammar, so a vision model refuses them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def image_limits(state: IngressState) -> ImageLimits:
 async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> ServingChat:
     """The serving class that answers this chat request, with its images loaded."""
     if serves_vision(state, request.model):
+        refuse_constraints(request)
         return ServingChat(state, "vlm", tuple(await load_images(request.messages, image_limits(state))))
     if request.has_images():
         vision = state.catalog.ids("vlm")
@@ -48,6 +51,23 @@ async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> S
             "image_input_unsupported",
         )
     return ServingChat(state)
+
+
+def refuse_constraints(request: ChatCompletionRequest) -> None:
+    """A 400 for what a vision model would otherwise answer unconstrained."""
+    fmt = request.response_format
+    if fmt is not None and fmt.type != "text":
+        field = "response_format"
+    elif request.tool_choice not in (None, "none", "auto"):
+        field = "tool_choice"
+    else:
+        return
+    raise invalid_request(
+        f"{field}: constrained decoding is not available for vision models ('{request.model}'); "
+        "use a text model, or leave the field out",
+        field,
+        "constrained_decoding_unavailable",
+    )
 
 
 class ServingVLMCompletion:
