@@ -88,8 +88,7 @@ def answer_schema(response_format: Optional[ResponseFormat]) -> Optional[dict[st
         return None
     if response_format.type == "json_object":
         return ANY_OBJECT
-    spec = response_format.json_schema
-    return closed_objects(spec.schema_) if spec.strict else spec.schema_
+    return closed_objects(response_format.json_schema.schema_)
 
 
 def _tool_choice(request: ChatCompletionRequest) -> tuple[ToolMode, tuple[ToolSpec, ...]]:
@@ -116,15 +115,14 @@ def _tool_choice(request: ChatCompletionRequest) -> tuple[ToolMode, tuple[ToolSp
 
 def _tool_spec(index: int, function: Any) -> ToolSpec:
     parameters = function.parameters if function.parameters is not None else NO_ARGUMENTS
-    if function.strict:
-        parameters = closed_objects(parameters)
-    return ToolSpec(function.name, parameters, f"tools[{index}].function.parameters")
+    return ToolSpec(function.name, closed_objects(parameters), f"tools[{index}].function.parameters")
 
 
 def closed_objects(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with `additionalProperties: false` wherever an object leaves it out: what
-    OpenAI's strict mode requires of every object (it refuses schemas without it; here they
-    are served with it)."""
+    """The schema with `additionalProperties: false` wherever an object leaves it out, strict or
+    not: what OpenAI's strict mode requires of every object, and what a client means (left
+    open, a small model fills objects with keys of its own). Every answer still validates
+    against the schema as sent; `additionalProperties: true` or a schema keeps an object open."""
 
     def close(node: Any) -> Any:
         if isinstance(node, list):
@@ -384,11 +382,16 @@ class Guide:
             return f"<[{ids[0]}]>"
         return json.dumps(text, ensure_ascii=False)
 
-    def plan(self, constraint: Constraint, split_reasoning: bool, inside_thinking: bool) -> Optional[Plan]:
+    def plan(self, constraint: Constraint, split_reasoning: bool, prompt_end: str = "") -> Optional[Plan]:
+        """`split_reasoning`: a chat answer (thinking allowed first); `prompt_end`: the last
+        characters of the prompt, which say whether the template opened a thinking block, or
+        opened and closed one already (Qwen3 with enable_thinking false)."""
         thinking = None
         start, end = self.think_markers
         if split_reasoning and self.has_thinking and start and end:
-            thinking = Thinking(start, end, inside_thinking)
+            inside = prompt_end.rfind(start) > prompt_end.rfind(end)
+            if inside or not prompt_end.rstrip().endswith(end):
+                thinking = Thinking(start, end, inside)
         return plan(constraint, self.syntax, thinking, self.token)
 
     def mask(self, grammar: str) -> TokenMask:
@@ -412,7 +415,8 @@ class TokenMask:
     matcher: Any
     width: int
     eos: list[int]
-    seconds: float = 0.0  # spent computing masks (the engine reports it per token)
+    seconds: float = 0.0  # spent computing masks, wall time (the engine reports it per token)
+    cpu_seconds: float = 0.0  # the same, this thread's CPU time (wall time counts waiting for a core)
     steps: int = 0
     error: str = ""
     _bits: np.ndarray = field(init=False, repr=False)
@@ -426,8 +430,11 @@ class TokenMask:
         only end-of-sequence allowed, and `error` says why."""
         import llguidance.numpy
 
-        t0 = time.perf_counter()
-        if token is not None and not self.error and not self.matcher.consume_token(token):
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        if token in self.eos:
+            # The sequence ended (the batch computes one step past an end): nothing to consume.
+            token = None
+        elif token is not None and not self.error and not self.matcher.consume_token(token):
             self.error = self.matcher.get_error() or f"token {token} was not allowed"
         if self.error:
             allowed = np.zeros(self.width, dtype=bool)
@@ -436,6 +443,7 @@ class TokenMask:
             llguidance.numpy.fill_next_token_bitmask(self.matcher, self._bits, 0)
             allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.width].view(bool)
         self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.thread_time() - cpu0
         self.steps += 1
         return allowed
 

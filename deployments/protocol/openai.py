@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 MAX_STOP_SEQUENCES = 16
 
@@ -213,6 +213,20 @@ class ChatCompletionRequest(SamplingRequest):
     tool_choice: Optional[ToolChoice] = None
     parallel_tool_calls: Optional[bool] = None  # OpenAI's default: true
     chat_template_kwargs: Optional[dict[str, Any]] = None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _one_tool_choice(cls, value: Any) -> Any:
+        """One message for a tool_choice of neither shape (not one per union member)."""
+        shapes = '\'none\', \'auto\', \'required\' or {"type": "function", "function": {"name": ...}}'
+        if value is None or value in ("none", "auto", "required"):
+            return value
+        if isinstance(value, dict):
+            try:
+                return NamedToolChoice.model_validate(value)
+            except ValidationError:
+                pass
+        raise ValueError(f"must be {shapes}")
 
     def has_images(self) -> bool:
         """Image parts go to a vision model only (deployments/ingress/serving/vision.py)."""

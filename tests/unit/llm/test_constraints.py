@@ -87,15 +87,15 @@ def test_free_text_and_no_tools_is_no_constraint():
 def test_response_formats():
     assert Constraint.from_request(chat(response_format={"type": "json_object"})).answer == ANY_OBJECT
     schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {}}}}
-    loose = Constraint.from_request(chat(response_format=schema_format(schema)))
-    assert loose.answer == schema and loose.tool_mode == "none"
-    strict = Constraint.from_request(chat(response_format=schema_format(schema, strict=True)))
-    assert strict.answer["additionalProperties"] is False
-    assert strict.answer["properties"]["a"]["additionalProperties"] is False
+    for strict in (None, False, True):  # objects closed either way: no keys the schema does not name
+        answer = Constraint.from_request(chat(response_format=schema_format(schema, strict=strict))).answer
+        assert answer["additionalProperties"] is False
+        assert answer["properties"]["a"]["additionalProperties"] is False
+    assert schema == {"type": "object", "properties": {"a": {"type": "object", "properties": {}}}}  # not changed
     assert Constraint.from_request(CompletionRequest(prompt="x", response_format={"type": "json_object"})).answer
 
 
-def test_strict_keeps_what_the_schema_says_and_leaves_values_alone():
+def test_closing_objects_keeps_what_the_schema_says_and_leaves_values_alone():
     schema = {
         "type": "object",
         "additionalProperties": True,
@@ -239,14 +239,14 @@ def accepts(guide: Guide, grammar: str, text: str) -> bool:
 @pytest.mark.parametrize("seed", range(4))
 def test_every_walk_through_a_schema_mask_is_valid_json(request, guide_name, seed):
     guide = request.getfixturevalue(guide_name)
-    grammar = guide.plan(Constraint.from_request(chat(response_format=schema_format(BOUNDED))), False, False)
+    grammar = guide.plan(Constraint.from_request(chat(response_format=schema_format(BOUNDED))), False)
     text, _ = walk(guide, grammar.grammar, seed)
     jsonschema.validate(json.loads(text), BOUNDED)
 
 
 def test_the_mask_covers_the_logits_not_just_the_vocabulary(tiny_guide, tiny_tokenizer):
     assert tiny_guide.vocab_size > len(tiny_tokenizer)  # the tiny model's logits are wider
-    grammar = tiny_guide.plan(Constraint.from_request(chat(response_format={"type": "json_object"})), False, False)
+    grammar = tiny_guide.plan(Constraint.from_request(chat(response_format={"type": "json_object"})), False)
     allowed = tiny_guide.mask(grammar.grammar).allowed(None)
     assert allowed.dtype == bool and allowed.shape == (tiny_guide.vocab_size,)
     assert not allowed[len(tiny_tokenizer) :].any()
@@ -255,7 +255,7 @@ def test_the_mask_covers_the_logits_not_just_the_vocabulary(tiny_guide, tiny_tok
 @pytest.mark.parametrize("seed", range(4))
 def test_forced_calls_in_qwens_syntax_parse_with_mlx_lms_parser_and_validate(tiny_guide, tiny_tokenizer, seed):
     request = chat(tools=[WEATHER, CLOCK], tool_choice="required")
-    grammar = tiny_guide.plan(Constraint.from_request(request), False, False)  # no thinking block to walk
+    grammar = tiny_guide.plan(Constraint.from_request(request), False)  # no thinking block to walk
     text, _ = walk(tiny_guide, grammar.grammar, seed)
     blocks = [b for b in text.split("<tool_call>") if b.strip()]
     assert blocks and all(b.rstrip().endswith("</tool_call>") for b in blocks)
@@ -268,14 +268,14 @@ def test_forced_calls_in_qwens_syntax_parse_with_mlx_lms_parser_and_validate(tin
 @pytest.mark.parametrize("seed", range(3))
 def test_one_call_only_when_parallel_calls_are_off(smollm2_guide, seed):
     request = chat(tools=[WEATHER, CLOCK], tool_choice="required", parallel_tool_calls=False)
-    grammar = smollm2_guide.plan(Constraint.from_request(request), True, False)
+    grammar = smollm2_guide.plan(Constraint.from_request(request), True)
     text, _ = walk(smollm2_guide, grammar.grammar, seed)
     (call,) = parse_json_calls(text)
     assert call["name"] in ("get_weather", "get_time")
 
 
 def test_a_named_call_in_auto_mode_is_constrained_from_its_first_token(tiny_guide):
-    grammar = tiny_guide.plan(Constraint.from_request(chat(tools=[WEATHER])), True, False).grammar
+    grammar = tiny_guide.plan(Constraint.from_request(chat(tools=[WEATHER])), True).grammar
     assert accepts(tiny_guide, grammar, "Just text, no call.")
     good = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
     assert accepts(tiny_guide, grammar, "Let me look. " + good)
@@ -313,18 +313,21 @@ def test_text_thinking_markers(smollm2_guide):
 
 def test_thinking_comes_first_when_the_prompt_opened_it(tiny_guide):
     constraint = Constraint.from_request(chat(response_format={"type": "json_object"}))
-    inside = tiny_guide.plan(constraint, True, True).grammar
+    inside = tiny_guide.plan(constraint, True, "<|im_start|>assistant\n<think>\n").grammar
     assert accepts(tiny_guide, inside, 'Let me think.</think>\n\n{"a": 1}')
     assert not accepts(tiny_guide, inside, '{"a": 1}')
-    outside = tiny_guide.plan(constraint, True, False).grammar
+    outside = tiny_guide.plan(constraint, True, "<|im_start|>assistant\n").grammar
     assert accepts(tiny_guide, outside, '{"a": 1}')
     assert accepts(tiny_guide, outside, '<think>hmm</think>\n{"a": 1}')
-    raw = tiny_guide.plan(constraint, False, False).grammar  # text completions: no thinking
+    closed = tiny_guide.plan(constraint, True, "assistant\n<think>\n\n</think>\n\n").grammar  # thinking off
+    assert not accepts(tiny_guide, closed, '<think>hmm</think>\n{"a": 1}')
+    assert accepts(tiny_guide, closed, '{"a": 1}')
+    raw = tiny_guide.plan(constraint, False).grammar  # text completions: no thinking
     assert not accepts(tiny_guide, raw, '<think>hmm</think>\n{"a": 1}')
 
 
 def test_a_token_outside_the_grammar_leaves_only_the_end(tiny_guide, tiny_tokenizer):
-    grammar = tiny_guide.plan(Constraint.from_request(chat(response_format={"type": "json_object"})), False, False)
+    grammar = tiny_guide.plan(Constraint.from_request(chat(response_format={"type": "json_object"})), False)
     mask = tiny_guide.mask(grammar.grammar)
     mask.allowed(None)
     allowed = mask.allowed(tiny_tokenizer.encode("x", add_special_tokens=False)[0])  # JSON starts with {
