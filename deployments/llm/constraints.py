@@ -99,7 +99,9 @@ def _tool_choice(request: ChatCompletionRequest) -> tuple[ToolMode, tuple[ToolSp
     if choice == "none":
         return "none", ()
     if not defined:
-        raise invalid_request("tool_choice: a tool_choice other than 'none' needs tools", "tool_choice")
+        if choice == "auto":  # nothing to call
+            return "none", ()
+        raise invalid_request("tool_choice: a required or named tool_choice needs tools", "tool_choice")
     tools = tuple(_tool_spec(i, tool.function) for i, tool in enumerate(defined))
     if isinstance(choice, NamedToolChoice):
         named = [t for t in tools if t.name == choice.function.name]
@@ -118,23 +120,33 @@ def _tool_spec(index: int, function: Any) -> ToolSpec:
     return ToolSpec(function.name, closed_objects(parameters), f"tools[{index}].function.parameters")
 
 
-def closed_objects(schema: dict[str, Any]) -> dict[str, Any]:
+# Where a JSON Schema holds other schemas: one, a list of them, a map of names to them.
+_SUBSCHEMA = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
+_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def closed_objects(schema: Any) -> Any:
     """The schema with `additionalProperties: false` wherever an object leaves it out, strict or
     not: what OpenAI's strict mode requires of every object, and what a client means (left
     open, a small model fills objects with keys of its own). Every answer still validates
-    against the schema as sent; `additionalProperties: true` or a schema keeps an object open."""
-
-    def close(node: Any) -> Any:
-        if isinstance(node, list):
-            return [close(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: close(v) if k not in ("const", "enum", "default", "examples") else v for k, v in node.items()}
-        if (node.get("type") == "object" or "properties" in node) and "additionalProperties" not in node:
-            out["additionalProperties"] = False
-        return out
-
-    return close(schema)
+    against the schema as sent; `additionalProperties: true` or a schema keeps an object open.
+    Only schema positions are walked: a property named "properties" is a name, not a keyword."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA:
+        if key in out:
+            out[key] = closed_objects(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed_objects(s) for s in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed_objects(s) for name, s in out[key].items()}
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -103,6 +103,10 @@ def test_closing_objects_keeps_what_the_schema_says_and_leaves_values_alone():
     }
     closed = closed_objects(schema)
     assert closed["additionalProperties"] is True
+    named = closed_objects({"type": "object", "properties": {"properties": {"type": "string"}}})
+    assert named["properties"] == {"properties": {"type": "string"}}  # a property's name, not a keyword
+    nested = closed_objects({"$defs": {"P": {"properties": {"a": {}}}}, "anyOf": [{"type": "object"}]})
+    assert nested["$defs"]["P"]["additionalProperties"] is False and nested["anyOf"][0]["additionalProperties"] is False
     assert closed["properties"]["e"] == {"enum": [{"type": "object"}]}
     assert closed["properties"]["d"] == {"default": {"properties": {}}}
 
@@ -137,6 +141,7 @@ def test_a_forced_tool_that_does_not_exist_is_a_400():
 
 def test_required_without_tools_is_a_400():
     assert refused(chat(tool_choice="required")).param == "tool_choice"
+    assert Constraint.from_request(chat(tool_choice="auto", tools=[])) is None  # nothing to call
 
 
 @pytest.mark.parametrize(
