@@ -28,7 +28,7 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # beside ASR, TTS and image work, the graph against one server per modality; ASR against
 # faster-whisper at 1/4/16 clients with the in-process CPU time and per-op profile of one request.
 # Kokoro speech against mlx_audio.server on the same directory (time to first audio, RTF, 1 and 4
-# at once).
+# at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -45,6 +45,7 @@ EXTRA_SCENARIOS = (
     "mixed",
     "asr_peers",
     "tts_peers",
+    "structured",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

@@ -42,6 +42,10 @@ class ShimError(Exception):
 class Unsupported(ShimError):
     """The request uses a feature the CUDA route does not offer (checked before any call)."""
 
+    def __init__(self, what: str, param: Optional[str] = None):
+        super().__init__(what)
+        self.param = param  # the request field, named in the 400's `param`
+
 
 class NotReady(ShimError):
     """The readiness probe did not find the expected production shim and model."""
@@ -81,7 +85,9 @@ def http_error(error: ShimError) -> APIError:
     """The client's HTTP error for a failure before any response byte was sent: OminiX-API's
     mapping (400 unsupported, 504 timed out, 503 not ready or refused, 502 anything else)."""
     status = error.status if isinstance(error, UpstreamStatus) else None
-    if isinstance(error, Unsupported) or status in (400, 422):
+    if isinstance(error, Unsupported):
+        return APIError(400, UNSUPPORTED_MESSAGE, UPSTREAM_ERROR, error.param)
+    if status in (400, 422):
         return APIError(400, UNSUPPORTED_MESSAGE, UPSTREAM_ERROR)
     if isinstance(error, UpstreamTimeout) or status in (408, 504):
         return APIError(504, TIMEOUT_MESSAGE, UPSTREAM_ERROR)
@@ -130,10 +136,12 @@ class CudaChatRequest(BaseModel):
     stream: bool = False
     tools: Optional[list[Any]] = None
     tool_choice: Any = None
+    response_format: Any = None
 
 
 def check_supported(request: CudaChatRequest) -> None:
-    """Spec 6.4: plain-string text chat only; raise `Unsupported` otherwise."""
+    """Spec 6.4: plain-string text chat only; raise `Unsupported` otherwise. worker-v0 has no
+    constrained decoding: a JSON `response_format` is refused, never dropped."""
     if request.max_tokens == 0:
         raise Unsupported("max_tokens is 0")
     extra = request.model_extra or {}
@@ -143,6 +151,8 @@ def check_supported(request: CudaChatRequest) -> None:
         raise Unsupported("tools")
     if request.tool_choice is not None and request.tool_choice != "none":
         raise Unsupported("tool_choice")
+    if request.response_format is not None and request.response_format != {"type": "text"}:
+        raise Unsupported("response_format", "response_format")
     for message in request.messages:
         extra = message.model_extra or {}
         if message.role == "tool" or extra.get("tool_calls") or extra.get("tool_call_id"):

@@ -17,6 +17,7 @@ from pathlib import Path
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
+from deployments.llm.constraints import checked_constraint
 from deployments.llm.engine import LLMEngine, SamplingParams
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
@@ -66,8 +67,12 @@ class LLMSlot(SlotReplica):
         params = SamplingParams.from_request(request, max_tokens, engine.generation_defaults)
         n = request.choice_count()
         engine.check_params(params, n)
+        # The ingress checked the schemas already; a request that reaches a replica another way
+        # is refused here the same, before it joins the batch.
+        constraint = await asyncio.to_thread(checked_constraint, request)
+        guided = await engine.guide(constraint, prompt, n)
         first_token_at = None
-        async for chunk in engine.generate(prompt, params, tools, n, request.logprob_count()):
+        async for chunk in engine.generate(prompt, params, tools, n, request.logprob_count(), guided):
             now = time.perf_counter()
             if first_token_at is None:
                 first_token_at = now

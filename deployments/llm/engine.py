@@ -8,6 +8,9 @@ stop string, or its client goes away, without waiting for the others.
 A request for n choices prefills its prompt once: its first sequence prefills all of the
 prompt but the last token, then the others start from copies of that KV cache, and all n
 decode in the same batch, each with its own sampler (and, with a seed, its own random key).
+A constrained request (deployments/llm/constraints.py) compiles its grammar once, off this
+thread, and each of its choices gets its own matcher: a logits processor that masks what the
+grammar forbids, so the sampler and the log-probabilities only see what the answer may be.
 With `batching=False` the same loop decodes one sequence at a time (what a single inference
 thread such as OminiX-API's does), which the benchmarks use as a baseline.
 
@@ -16,9 +19,11 @@ No Ray here: the Serve deployment is a thin wrapper around this class.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
+import math
 import queue
 import time
 from collections.abc import AsyncIterator
@@ -27,7 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
+from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.output import OutputParser, ParsedText
 from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
@@ -92,6 +100,20 @@ class SamplingParams:
         )
 
 
+@dataclass
+class Guided:
+    """A constrained request: one token mask per choice (a matcher's state is its sequence's),
+    and whether its tool calls are the answer's JSON (a model without a tool-call syntax of its
+    own: deployments/llm/constraints.py)."""
+
+    masks: list[TokenMask]
+    json_calls: bool = False
+
+    @classmethod
+    def of(cls, plan: Plan, masks: list[TokenMask]) -> Guided:
+        return cls(masks, plan.json_calls)
+
+
 @dataclass(eq=False)
 class _Request(Message):
     """One request inside the engine: the inbox message and its n sequences (choices)."""
@@ -101,6 +123,7 @@ class _Request(Message):
     tools: Optional[list[dict[str, Any]]]
     n: int = 1
     logprobs: Optional[int] = None  # alternatives per token's log-probability; None: none asked for
+    guided: Optional[Guided] = None
     cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
     keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
     # Choices 1..n-1 until the first has prefilled all of the prompt but its last token, and
@@ -117,6 +140,8 @@ class _Sequence:
 
     request: _Request
     index: int
+    mask: Optional[TokenMask] = None  # this choice's own matcher, under a constraint
+    held: str = ""  # a constrained answer that is tool calls: its JSON, until it is complete
     uid: Optional[int] = None
     parser: Optional[OutputParser] = None
     detokenizer: Any = None
@@ -136,6 +161,10 @@ class _Sequence:
     def tools(self) -> Optional[list[dict[str, Any]]]:
         return self.request.tools
 
+    @property
+    def json_calls(self) -> bool:
+        return bool(self.request.guided and self.request.guided.json_calls)
+
 
 # How a token left its sequence (see LLMEngine._on_token).
 _RUNNING, _FINISHED, _STOPPED_BY_PARSER = object(), object(), object()
@@ -154,8 +183,18 @@ class LLMEngine(EngineThread[_Request]):
         self.generation_defaults: dict[str, Any] = {}
         self.prefix_cache: Optional[PrefixCache] = None
         self.token_bytes: Optional[TokenBytes] = None
+        self.vocab_size: Optional[int] = None  # the width of the logits
+        self._guides = GuideCache()
         # Written by the engine thread only; read for status and tests.
-        self.stats = {"running": 0, "finished": 0, "aborted": 0, "generated_tokens": 0}
+        self.stats = {
+            "running": 0,
+            "finished": 0,
+            "aborted": 0,
+            "generated_tokens": 0,
+            "constrained_tokens": 0,  # tokens generated under a grammar's mask
+            "mask_seconds": 0.0,  # spent computing those masks (wall time)
+            "mask_cpu_seconds": 0.0,  # the grammar engine's own CPU time for them
+        }
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -189,6 +228,19 @@ class LLMEngine(EngineThread[_Request]):
         if not 1 <= n <= self.config.max_n:
             raise invalid_request(f"n: this server generates 1 to {self.config.max_n} choices per request", "n")
 
+    async def guide(self, constraint: Optional[Constraint], prompt: Prompt, n: int = 1) -> Optional[Guided]:
+        """The token masks that hold each of `n` choices to `constraint` (None: nothing to
+        enforce). Compiled off the engine thread, before the request joins the batch: a grammar
+        that cannot be compiled is a 400 before any token, and never stalls the running batch."""
+        if constraint is None:
+            return None
+        return await asyncio.to_thread(self._guided, constraint, prompt, n)
+
+    def _guided(self, constraint: Constraint, prompt: Prompt, n: int) -> Optional[Guided]:
+        guide = self._guides.get(self.tokenizer, self.vocab_size)
+        plan = guide.plan(constraint, prompt.split_reasoning, self.tokenizer.decode(prompt.token_ids[-16:]))
+        return None if plan is None else Guided.of(plan, guide.masks(plan.grammar, n))
+
     async def generate(
         self,
         prompt: Prompt,
@@ -196,11 +248,15 @@ class LLMEngine(EngineThread[_Request]):
         tools: Optional[list[dict[str, Any]]] = None,
         n: int = 1,
         logprobs: Optional[int] = None,
+        guided: Optional[Guided] = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Stream the generation of `n` choices (chunks name theirs by `index`), with each
-        token's log-probability and `logprobs` alternatives when that is not None. Closing the
-        iterator early removes every choice from the batch."""
-        request = _Request(prompt, params, tools, n, logprobs)
+        token's log-probability and `logprobs` alternatives when that is not None, each choice
+        held to its own mask of `guided` (from `guide`, for the same n). Closing the iterator
+        early removes every choice from the batch."""
+        if guided is not None and len(guided.masks) != n:
+            raise ValueError(f"{len(guided.masks)} token masks for {n} choices")
+        request = _Request(prompt, params, tools, n, logprobs, guided)
         async with aclosing(self.stream(request, merge=merge_by_choice)) as items:
             async for item in items:
                 if isinstance(item, list):
@@ -228,6 +284,7 @@ class LLMEngine(EngineThread[_Request]):
         self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
         self.context_length = model_config.get("max_position_embeddings")
+        self.vocab_size = (model_config.get("text_config") or model_config).get("vocab_size")
         gen_config = self.model_dir / "generation_config.json"
         if gen_config.exists():
             raw = json.loads(gen_config.read_text())
@@ -360,7 +417,8 @@ class LLMEngine(EngineThread[_Request]):
         token is left to run, else the first alone and the others once it has prefilled."""
         plan = self._plan_prefill(request.prompt)
         request.cached_tokens, request.keep_at_ends = plan.cached, plan.keep_at_ends
-        choices = [_Sequence(request, i) for i in range(request.n)]
+        masks = request.guided.masks if request.guided else [None] * request.n
+        choices = [_Sequence(request, i, mask) for i, mask in enumerate(masks)]
         request.ends_to_share = _share_point(plan.segments)
         if request.n == 1 or request.ends_to_share > 0:
             self._insert(choices[0], plan.segments, plan.cache, request.prompt.token_ids[: plan.cached])
@@ -385,21 +443,26 @@ class LLMEngine(EngineThread[_Request]):
         think = (tok.think_start, tok.think_end) if tok.has_thinking and seq.prompt.split_reasoning else None
         tool_call = (
             (tok.tool_call_start, tok.tool_call_end)
-            if tok.has_tool_calling and seq.tools and tok.tool_call_end
+            if tok.has_tool_calling and seq.tools and tok.tool_call_end and not seq.json_calls
             else None
         )
         seq.parser = OutputParser(
             stop=seq.params.stop, think=think, tool_call=tool_call, initial_state=seq.prompt.initial_state
         )
         seq.detokenizer = tok.detokenizer
-        eos = [] if seq.params.ignore_eos else [(t,) for t in tok.eos_token_ids]
+        processors = _make_logits_processors(seq.params)
+        # A grammar's end is an end-of-sequence token: it ends the answer even under ignore_eos.
+        eos = [] if seq.params.ignore_eos and not seq.mask else [(t,) for t in tok.eos_token_ids]
+        if seq.mask:
+            # Last, so that the logprobs (read after every processor) are the masked ones.
+            processors.append(_mask_processor(seq.mask))
         (seq.uid,) = self._batch.insert_segments(
             [segments],
             max_tokens=[seq.params.max_tokens],
             caches=[cache],
             all_tokens=[list(done)],
             samplers=[_make_sampler(seq.params, seq.index)],
-            logits_processors=[_make_logits_processors(seq.params)],
+            logits_processors=[processors],
             stop_sequences=[StopSequences(eos)],
         )
         seq.request.running += 1
@@ -480,7 +543,11 @@ class LLMEngine(EngineThread[_Request]):
             top_ids = mx.argpartition(-rows, kth=k - 1, axis=-1)[:, :k]
             top_values = mx.take_along_axis(rows, top_ids, axis=-1)
             mx.eval(chosen, top_ids, top_values)
-            tops = [list(zip(ids, values)) for ids, values in zip(top_ids.tolist(), top_values.tolist())]
+            # A token a constraint masked (-inf) could never have been sampled: no alternative.
+            tops = [
+                [(i, v) for i, v in zip(ids, values) if v > -math.inf]
+                for ids, values in zip(top_ids.tolist(), top_values.tolist())
+            ]
         else:
             mx.eval(chosen)
             tops = [[] for _ in wanted]
@@ -494,6 +561,8 @@ class LLMEngine(EngineThread[_Request]):
     ) -> object:
         """Feed one generated token to its sequence; say whether and how it ended."""
         seq.completion_tokens += 1
+        if seq.mask and seq.mask.error:
+            return self._left_grammar(seq, finish_reason)
         detok = seq.detokenizer
         if finish_reason != "stop":  # an end-of-sequence token is not text
             detok.add_token(token)
@@ -515,16 +584,32 @@ class LLMEngine(EngineThread[_Request]):
             reasoning=parsed.reasoning + tail.reasoning,
             tool_texts=parsed.tool_texts + tail.tool_texts,
         )
-        chunk = self._chunk(seq, merged)
+        chunk = self._chunk(seq, merged, final=True)
         if finish_reason == "stop" and seq.made_tool_call:
             finish_reason = "tool_calls"
         chunk.finish_reason = finish_reason
         self._end_choice(seq, self._with_logprobs(seq, chunk))
         return _STOPPED_BY_PARSER if parsed.stopped else _FINISHED
 
+    def _left_grammar(self, seq: _Sequence, finish_reason: Optional[str]) -> object:
+        """Only a bypassed mask gets here: the answer would not follow the constraint, so the
+        request fails, and its other choices leave the batch at the next step."""
+        logger.error("A constrained sequence left its grammar: %s", seq.mask.error)
+        self._count_mask(seq)
+        self._fail(seq.request, server_error(f"Constrained generation failed: {seq.mask.error}"))
+        seq.request.cancelled = True
+        return _FINISHED if finish_reason is not None else _STOPPED_BY_PARSER
+
+    def _count_mask(self, seq: _Sequence) -> None:
+        if seq.mask:
+            self.stats["constrained_tokens"] += seq.mask.steps
+            self.stats["mask_seconds"] += seq.mask.seconds
+            self.stats["mask_cpu_seconds"] += seq.mask.cpu_seconds
+
     def _end_choice(self, seq: _Sequence, chunk: GenerationChunk) -> None:
         """A choice's last chunk; the request's last one also carries the usage of all choices
         (the prompt counted once) and ends the stream."""
+        self._count_mask(seq)
         request = seq.request
         request.running -= 1
         request.completion_tokens += seq.completion_tokens
@@ -541,15 +626,26 @@ class LLMEngine(EngineThread[_Request]):
         else:
             self._send(request, chunk)
 
-    def _chunk(self, seq: _Sequence, parsed: ParsedText) -> GenerationChunk:
+    def _chunk(self, seq: _Sequence, parsed: ParsedText, final: bool = False) -> GenerationChunk:
+        if seq.json_calls:
+            # The answer is the calls' JSON: held back, and sent as tool calls once complete.
+            seq.held += parsed.content
+            parsed = ParsedText(reasoning=parsed.reasoning, tool_texts=[seq.held] if final else [])
+            parser = parse_json_calls
+        else:
+            parser = self.tokenizer.tool_parser
         chunk = GenerationChunk(index=seq.index, content=parsed.content, reasoning_content=parsed.reasoning)
         if parsed.tool_texts:
-            calls, failed = parse_tool_calls(parsed.tool_texts, self.tokenizer.tool_parser, seq.tools)
+            calls, failed = parse_tool_calls(parsed.tool_texts, parser, seq.tools)
             chunk.tool_calls = calls
             seq.made_tool_call = seq.made_tool_call or bool(calls)
-            # A call the parser could not read goes back to the client as text, not into a void.
+            # A call the parser could not read goes back to the client as text, not into a void
+            # (a constrained call cut short by max_tokens, say).
             for text in failed:
-                chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
+                if parser is parse_json_calls:
+                    chunk.content += text
+                else:
+                    chunk.content += f"{self.tokenizer.tool_call_start}{text}{self.tokenizer.tool_call_end}"
         return chunk
 
     @staticmethod
@@ -603,7 +699,33 @@ def _seeded_sampler(params: SamplingParams, choice: int = 0):
     return sample
 
 
-def _make_logits_processors(params: SamplingParams):
+def _mask_processor(mask: TokenMask):
+    """The grammar as a logits processor: what the mask forbids gets -inf. The batch calls it
+    once per step with the sequence's tokens so far; the first call comes before any generated
+    token (its last token is the prompt's)."""
+    import mlx.core as mx
+
+    started = [False]
+    # On a GPU the step's forward pass runs while the CPU computes the mask. On MLX's CPU
+    # backend the two would share the cores and caches: measured, a mask computed beside the
+    # forward pass took 3-4x the CPU time (its token trie evicted), and no step got faster.
+    overlap = mx.default_device().type == mx.DeviceType.gpu
+
+    def apply(tokens, logits):
+        if overlap:
+            mx.async_eval(logits)
+        last = int(tokens[-1].item()) if started[0] else None
+        started[0] = True
+        allowed = mask.allowed(last)
+        width = logits.shape[-1]
+        if allowed.shape[0] != width:  # logits wider than the vocabulary: the rest never allowed
+            allowed = np.pad(allowed[:width], (0, max(0, width - allowed.shape[0])))
+        return mx.where(mx.array(allowed), logits, mx.array(-float("inf"), dtype=logits.dtype))
+
+    return apply
+
+
+def _make_logits_processors(params: SamplingParams) -> list:
     from mlx_lm.sample_utils import make_logits_processors
 
     return make_logits_processors(

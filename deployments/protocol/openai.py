@@ -15,7 +15,17 @@ import time
 import uuid
 from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from deployments.protocol.logprobs import (
     MAX_COMPLETION_LOGPROBS,
@@ -131,6 +141,7 @@ class FunctionDefinition(RequestModel):
     name: str
     description: Optional[str] = None
     parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
 
 
 class ToolDefinition(RequestModel):
@@ -140,6 +151,41 @@ class ToolDefinition(RequestModel):
 
 class StreamOptions(RequestModel):
     include_usage: bool = False
+
+
+class JSONSchemaFormat(RequestModel):
+    """`response_format.json_schema`: the schema the answer must follow (deployments/llm/constraints.py)."""
+
+    name: str = Field(..., max_length=64)
+    description: Optional[str] = None
+    # `schema` would shadow pydantic's BaseModel.schema(); the JSON key stays "schema".
+    schema_: Optional[dict[str, Any]] = Field(None, alias="schema")
+    strict: Optional[bool] = None
+
+
+class ResponseFormat(RequestModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JSONSchemaFormat] = None
+
+    @model_validator(mode="after")
+    def _schema_given(self):
+        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
+            raise ValueError("type json_schema needs json_schema.schema, the JSON Schema the answer must follow")
+        return self
+
+
+class NamedFunction(RequestModel):
+    name: str
+
+
+class NamedToolChoice(RequestModel):
+    """`tool_choice` naming the one function the model must call."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoice = Union[Literal["none", "auto", "required"], NamedToolChoice]
 
 
 class SamplingRequest(RequestModel):
@@ -169,6 +215,8 @@ class SamplingRequest(RequestModel):
     # OpenAI's prompt-caching hint: requests sharing it are routed to the replica holding their
     # prefix cache (docs/routing.md); `user` and the x-session-id header are the fallbacks.
     prompt_cache_key: Optional[str] = Field(None, max_length=1024)
+    # JSON answers, enforced token by token (deployments/llm/constraints.py, docs/api/chat.md).
+    response_format: Optional[ResponseFormat] = None
 
     # Tokens generated when the request sets no limit; None: the slot's llm.default_max_tokens.
     default_max_tokens: ClassVar[Optional[int]] = None
@@ -236,7 +284,8 @@ class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     tools: Optional[list[ToolDefinition]] = None
-    tool_choice: Union[str, dict[str, Any], None] = None
+    tool_choice: Optional[ToolChoice] = None
+    parallel_tool_calls: Optional[bool] = None  # OpenAI's default: true
     chat_template_kwargs: Optional[dict[str, Any]] = None
     logprobs: Optional[StrictBool] = Field(None, description="Return each answer token's log-probability")
     top_logprobs: Optional[StrictInt] = Field(
@@ -256,6 +305,20 @@ class ChatCompletionRequest(SamplingRequest):
 
     def logprob_count(self) -> Optional[int]:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _one_tool_choice(cls, value: Any) -> Any:
+        """One message for a tool_choice of neither shape (not one per union member)."""
+        shapes = '\'none\', \'auto\', \'required\' or {"type": "function", "function": {"name": ...}}'
+        if value is None or value in ("none", "auto", "required"):
+            return value
+        if isinstance(value, dict):
+            try:
+                return NamedToolChoice.model_validate(value)
+            except ValidationError:
+                pass
+        raise ValueError(f"must be {shapes}")
 
     def has_images(self) -> bool:
         """Image parts go to a vision model only (deployments/ingress/serving/generation.py)."""

@@ -202,6 +202,7 @@ def test_unmapped_ids_stay_local(cuda_client, cuda_http, fresh):
         {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
         {"tool_choice": "auto"},
         {"tool_choice": {"type": "function", "function": {"name": "f"}}},
+        {"response_format": {"type": "json_object"}},
         {"messages": [*PING, {"role": "tool", "content": "1", "tool_call_id": "c"}]},
         {"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]},
         {

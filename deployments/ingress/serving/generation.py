@@ -5,16 +5,21 @@ a slot's stream of `GenerationChunk`s into OpenAI's JSON response or SSE chunks.
 A chat completion goes to the VLM slot when its `model` is one the VLM slot serves, and only
 then (never by guessing from its content); image parts sent to any other model are a 400. The
 images are loaded and checked here (deployments/vlm/images.py: data URLs, remote URLs only
-where allowed, decodable, within the limits) before the slot sees the request.
+where allowed, decodable, within the limits) before the slot sees the request. Constrained
+answers (`response_format`, a forced `tool_choice`) are the LLM slot's alone: the VLM engine
+(mlx-vlm's one-request generation) applies no grammar, so a vision model refuses them.
 
 Both serving classes pick the model, check what only the ingress knows (the slot's `n` limit),
 open the slot's stream (errors before its first chunk keep their HTTP status) and answer; each
 builds its own response shapes. A request for n choices is one slot stream whose chunks name
-their choice.
+their choice. A constrained answer is checked here first: a schema the grammar engine cannot
+compile, or a forced tool that is not there, is a 400 that never reaches a replica
+(deployments/llm/constraints.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
@@ -26,6 +31,7 @@ from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.serving.cuda import routes_to_cuda, serve_cuda_chat
 from deployments.ingress.state import IngressState
+from deployments.llm.constraints import checked_constraint
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.generation import GenerationChunk, collect_choices
 from deployments.protocol.logprobs import ChoiceLogprobs, CompletionLogprobShaper
@@ -69,6 +75,9 @@ async def serve_generation(
 ) -> JSONResponse | StreamingResponse:
     """Shared body of /v1/chat/completions (on the LLM or the VLM slot) and /v1/completions.
     `args` follow the request in the slot call (the VLM's images)."""
+    if slot == "llm":
+        # Compiling a large schema takes milliseconds: off the event loop.
+        await asyncio.to_thread(checked_constraint, request)
     client = state.slot(slot)
     model = state.catalog.resolve(slot, request.model)
     check_choice_count(state, slot, request)
@@ -130,6 +139,24 @@ def check_vlm_fields(request: ChatCompletionRequest) -> None:
         raise invalid_request("logprobs: the VLM slot does not return log-probabilities", "logprobs")
     if request.reasoning_effort is not None:
         raise invalid_request("reasoning_effort: not served by the VLM slot", "reasoning_effort")
+    refuse_constraints(request)
+
+
+def refuse_constraints(request: ChatCompletionRequest) -> None:
+    """A 400 for what a vision model would otherwise answer unconstrained."""
+    fmt = request.response_format
+    if fmt is not None and fmt.type != "text":
+        field = "response_format"
+    elif request.tool_choice not in (None, "none", "auto"):
+        field = "tool_choice"
+    else:
+        return
+    raise invalid_request(
+        f"{field}: constrained decoding is not available for vision models ('{request.model}'); "
+        "use a text model, or leave the field out",
+        field,
+        "constrained_decoding_unavailable",
+    )
 
 
 async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> ServingChat:

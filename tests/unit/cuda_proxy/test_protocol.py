@@ -54,6 +54,8 @@ def request(**fields):
         {"tool_choice": "auto"},
         {"tool_choice": "required"},
         {"tool_choice": {"type": "function", "function": {"name": "f"}}},
+        {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
         {"messages": [{"role": "tool", "content": "42", "tool_call_id": "c1"}]},
         {"messages": [{"role": "user", "content": "x", "tool_call_id": "c1"}]},
         {
@@ -86,6 +88,7 @@ def test_several_choices_and_logprobs_are_unsupported(fields):
     [
         {},
         {"tool_choice": "none"},
+        {"response_format": {"type": "text"}},
         {"tools": []},
         {"max_tokens": 1, "stream": True},
         {
@@ -107,6 +110,14 @@ def test_unsupported_maps_to_the_public_400():
     error = http_error(Unsupported("tools"))
     assert (error.status_code, error.type) == (400, "upstream_error")
     assert error.message == "The selected CUDA model does not support this request"
+
+
+def test_a_json_response_format_is_refused_by_name():
+    """worker-v0 has no constrained decoding: the 400 names the field, never an unconstrained answer."""
+    with pytest.raises(Unsupported) as info:
+        check_supported(request(response_format={"type": "json_object"}))
+    error = http_error(info.value)
+    assert (error.status_code, error.param) == (400, "response_format")
 
 
 # ---- 6.5 envelopes ---------------------------------------------------------------------------
