@@ -14,7 +14,7 @@ NO_DEPS_ENGINES := $(shell sed -n 's/^no-deps-engines = \[\(.*\)\]/\1/p' pyproje
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: setup serve status test lint bench bench-peers clean
+.PHONY: setup serve status test test-fast lint bench bench-peers clean
 
 setup: $(STAMP)
 
@@ -45,9 +45,10 @@ status:
 
 # The in-process tests (tests/unit, tests/ingress) run on one worker per core, a file per worker
 # (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once), next to the bench
-# smoke test (its own private Ray cluster in a subprocess, ~8-10 min, no timing asserted); then
-# the end-to-end tests run one after the other on one graph that holds the machine's real
-# resources. Both halves run and report, and the target fails if either failed.
+# smoke test (its own private Ray cluster in a subprocess: one LLM and one audio scenario, no
+# timing asserted); then the end-to-end tests run one after the other on one graph that holds the
+# machine's real resources. Both halves run and report (each ends with its time per file), and
+# the target fails if either failed. docs/testing.md says what runs where and why.
 TEST_WORKERS ?= auto
 BENCH_SMOKE := tests/e2e/test_bench_smoke.py
 test: setup
@@ -55,6 +56,11 @@ test: setup
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) || status=$$?; \
 	$(VENV)/bin/python -m pytest tests/e2e --ignore=$(BENCH_SMOKE) $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
+
+# The inner loop while iterating: the in-process tests only (no Ray, no graph), one worker per
+# core, the slow-marked voice fits left out; a few minutes. CI runs `make test`.
+test-fast: setup
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests/unit tests/ingress -m "not slow" $(PYTEST_ARGS)
 
 # ruff's lint rules, import order and formatting (pyproject.toml); CI runs it before the tests.
 lint: setup

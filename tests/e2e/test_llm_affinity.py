@@ -1,10 +1,11 @@
 """Affinity routing on a slot with two LLM replicas: a conversation's turns stay on the replica
 holding its prefix cache, different conversations spread over both, a hot key spills onto the
 second replica, and model multiplexing still decides first. The strict router (for stateful
-sessions) never moves a session, however hot.
+sessions) runs end to end under the ASR slot's sessions (tests/e2e/test_asr_session_affinity.py);
+that it never moves a session, however hot, is tested in process (tests/unit/routing/).
 
-Runs two more applications ("affinity", "affinity-strict": two LLM replicas of the tiny model
-each, tiny CPU shares) in the session's cluster. Which replica served a request is read from each replica's own counters,
+Runs one more application ("affinity": two LLM replicas of the tiny model, tiny CPU shares) in
+the session's cluster. Which replica served a request is read from each replica's own counters,
 through a handle whose `replica_key` names that replica.
 """
 
@@ -216,27 +217,3 @@ def test_multiplexing_decides_before_the_key(affinity):
         )
         assert replica == holder, k
     assert [second in finished(r) for r in ids].count(True) == 1  # never loaded on the other replica
-
-
-@pytest.fixture(scope="module")
-def strict(server, cache_dir):
-    """The strict router that stateful sessions (streaming ASR) use, on two LLM replicas."""
-    from ray import serve
-
-    app = "affinity-strict"
-    deploy(app, "SessionAffinityRouter", {}, cache_dir)
-    http = httpx.Client(base_url=f"{server}/{app}", timeout=120)
-    yield http, two_replicas(http), app
-    http.close()
-    serve.delete(app)
-
-
-def test_a_strict_session_never_moves_even_when_hot(strict):
-    http, ids, app = strict
-    gained = hot_burst(http, ids, "session-1", app=app)
-    assert sorted(gained.values()) == [0, 10], gained
-    where = {
-        served_by(ids, lambda k=k: chat(http, [{"role": "user", "content": "hi"}], prompt_cache_key=f"s-{k}"), app)[0]
-        for k in range(12)
-    }
-    assert where == set(ids)  # sessions still spread when they start
