@@ -166,8 +166,8 @@ async def test_jobs_survive_a_restart_and_a_running_one_is_failed(http, state, r
     recorder.delay_s = 30
     running = (await http.post("/v1/voices/train", json=body(transcript="x", voice_name="b"))).json()["task_id"]
     restarted = VoiceTraining(state.settings.state_dir)  # what a new ingress reads from the file
-    assert restarted.job(done).status_body()["status"] == "complete"
-    job = restarted.job(running)
+    assert (await restarted.job(done)).status_body()["status"] == "complete"
+    job = await restarted.job(running)
     assert job.status == "failed" and "restarted" in job.error and job.completed_at
     await http.post("/v1/voices/train/cancel", params={"task_id": running})
 
