@@ -34,13 +34,17 @@ class RecordLimits:
     max_entries: int
     max_bytes: int
     max_age_s: float  # since the record was last written
+    max_record_bytes: Optional[int] = None  # one record; None: max_bytes
+
+    def record_cap(self) -> int:
+        return min(self.max_bytes, self.max_record_bytes or self.max_bytes)
 
 
 # OpenAI keeps a stored response for 30 days; entries and bytes keep Control's disk bounded.
 RESPONSES = "responses"
 VOICE_TRAINING = "voice_training"
 DEFAULT_LIMITS = {
-    RESPONSES: RecordLimits(max_entries=10_000, max_bytes=512 * MiB, max_age_s=30 * DAY_S),
+    RESPONSES: RecordLimits(max_entries=10_000, max_bytes=512 * MiB, max_age_s=30 * DAY_S, max_record_bytes=32 * MiB),
     VOICE_TRAINING: RecordLimits(max_entries=1_000, max_bytes=16 * MiB, max_age_s=30 * DAY_S),
 }
 
@@ -169,8 +173,8 @@ class RecordStore:
         limits = self._limits(namespace)
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         size = len(text.encode())
-        if size > limits.max_bytes:
-            raise RecordTooLarge(f"{size} bytes; a {namespace} record holds at most {limits.max_bytes}")
+        if size > limits.record_cap():
+            raise RecordTooLarge(f"{size} bytes; a {namespace} record holds at most {limits.record_cap()}")
         now = self._clock()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")

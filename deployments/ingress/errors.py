@@ -59,6 +59,12 @@ def validate_body(model: type[BaseModel], body: Any) -> Any:
 _NAMED_FIELD = re.compile(r"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
 
 
+def validation_error(exc: RequestValidationError) -> APIError:
+    """The 400 a validation failure answers."""
+    message, param = _validation_message(exc)
+    return APIError(400, message, "invalid_request_error", param)
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -85,8 +91,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
-        message, param = _validation_message(exc)
-        return error_response(APIError(400, message, "invalid_request_error", param))
+        return error_response(validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

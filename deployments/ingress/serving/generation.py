@@ -11,12 +11,17 @@ Both serving classes pick the model, check what only the ingress knows (the slot
 open the slot's stream (errors before its first chunk keep their HTTP status) and answer; each
 builds its own response shapes. A request for n choices is one slot stream whose chunks name
 their choice.
+
+The other protocols on the LLM (the Responses API, Anthropic Messages: ingress/serving/
+responses.py, messages.py) translate their request into a chat request and open it here
+(`open_chat`): the same dispatch, checks and slot call as a chat completion, only the shapes
+of the answer are theirs.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
@@ -24,7 +29,7 @@ from pydantic import BaseModel
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
-from deployments.ingress.serving.cuda import routes_to_cuda, serve_cuda_chat
+from deployments.ingress.serving.cuda import open_cuda_chat, routes_to_cuda, serve_cuda_chat
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.generation import GenerationChunk, collect_choices
@@ -69,17 +74,30 @@ async def serve_generation(
 ) -> JSONResponse | StreamingResponse:
     """Shared body of /v1/chat/completions (on the LLM or the VLM slot) and /v1/completions.
     `args` follow the request in the slot call (the VLM's images)."""
+    stream, model = await open_generation(state, method, request, session_header, slot, args)
+    if request.stream:
+        return sse_response(to_events(stream, model))
+    choices, usage = collect_choices([chunk async for chunk in stream.chunks()])
+    return json_response(to_response(choices, usage, model))
+
+
+async def open_generation(
+    state: IngressState,
+    method: str,
+    request: SamplingRequest,
+    session_header: Optional[str],
+    slot: str = "llm",
+    args: tuple = (),
+) -> tuple[SlotStream, str]:
+    """The slot's stream for the request, opened up to its first chunk, and the model that
+    answers (what responses echo)."""
     client = state.slot(slot)
     model = state.catalog.resolve(slot, request.model)
     check_choice_count(state, slot, request)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
     session = llm_affinity_key(request, session_header)
     stream = await client.stream(method, request, *args, model=model, session=session)
-    model = (stream.first.model if stream.first else None) or model or "unknown"
-    if request.stream:
-        return sse_response(to_events(stream, model))
-    choices, usage = collect_choices([chunk async for chunk in stream.chunks()])
-    return json_response(to_response(choices, usage, model))
+    return stream, (stream.first.model if stream.first else None) or model or "unknown"
 
 
 def check_choice_count(state: IngressState, slot: str, request: SamplingRequest) -> None:
@@ -104,6 +122,27 @@ async def serve_chat(
     request = validate_body(ChatCompletionRequest, body)
     serving = await chat_serving(state, request)
     return await serving.create(request, session_header)
+
+
+class ChatGeneration(NamedTuple):
+    """A chat request opened on the deployment that answers it, for a protocol that shapes the
+    answer its own way: its chunks (the first one already arrived: errors before it kept their
+    status) and the model that answers."""
+
+    chunks: AsyncIterator[GenerationChunk]
+    model: str
+
+
+async def open_chat(state: IngressState, body: dict[str, Any], session_header: Optional[str] = None) -> ChatGeneration:
+    """A chat request (a dict, as /v1/chat/completions takes it) dispatched as `serve_chat` does
+    (the CUDA route for a mapped id, else the VLM or the LLM slot) and opened, one choice."""
+    if routes_to_cuda(state, body):
+        chunks, model = await open_cuda_chat(state, body)
+        return ChatGeneration(chunks, model)
+    request = validate_body(ChatCompletionRequest, body)
+    serving = await chat_serving(state, request)
+    stream, model = await serving.open(request, session_header)
+    return ChatGeneration(stream.chunks(), model)
 
 
 def serves_vision(state: IngressState, model: str | None) -> bool:
@@ -187,6 +226,13 @@ class ServingChat:
         return await serve_generation(
             self.state, "chat", request, session_header, to_events, to_response, self.slot, self.args
         )
+
+    async def open(
+        self, request: ChatCompletionRequest, session_header: Optional[str] = None
+    ) -> tuple[SlotStream, str]:
+        """The slot's stream for the request and the model that answers (another protocol's
+        serving shapes the answer)."""
+        return await open_generation(self.state, "chat", request, session_header, self.slot, self.args)
 
 
 async def chat_events(
