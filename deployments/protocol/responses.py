@@ -448,17 +448,6 @@ CHAT_TO_RESPONSES_PARAMS = {
 }
 
 
-def renamed(error: APIError, names: dict[str, str]) -> APIError:
-    """A chat-side error with the fields named as the client's protocol names them."""
-    param = (error.param or "").split(".")[0]
-    if param not in names:
-        return error
-    message = error.message
-    if message.startswith(param):
-        message = names[param] + message[len(param) :]
-    return APIError(error.status_code, message, error.type, names[param], error.code, error.headers)
-
-
 # ---------------------------------------------------------------------------------------------
 # Output
 

@@ -25,7 +25,7 @@ from deployments.ingress.errors import from_exception, validate_body, validation
 from deployments.ingress.responses import sse_response
 from deployments.ingress.serving.generation import ChatGeneration, open_chat
 from deployments.ingress.state import IngressState
-from deployments.protocol.errors import APIError, invalid_request
+from deployments.protocol.errors import APIError, invalid_request, renamed
 from deployments.protocol.generation import GenerationChunk, collect_choices
 from deployments.protocol.responses import (
     CHAT_TO_RESPONSES_PARAMS,
@@ -37,7 +37,6 @@ from deployments.protocol.responses import (
     new_id,
     normalise_items,
     output_items,
-    renamed,
     response_object,
 )
 from deployments.protocol.sse import sse_event
