@@ -458,7 +458,7 @@ def usage_object(usage: Optional[UsageInfo]) -> Optional[dict[str, Any]]:
     cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},  # not counted apart here
         "total_tokens": usage.total_tokens,

@@ -125,7 +125,7 @@ class JobStore:
     async def get(self, task_id: str) -> Optional[TrainingJob]:
         """The job as it stands (this process's own state for its jobs), None if unknown."""
         if task_id in self.jobs:
-            return self.jobs[task_id]
+            return await self._own(self.jobs[task_id])
         if task_id == self.RUNNING:
             return None
         record = await self.records.get(self.NAMESPACE, task_id)
@@ -135,6 +135,25 @@ class JobStore:
         if job is not None and not job.is_complete and self._orphaned(record.value):
             job = await self._fail_interrupted(job, record.version)
         return job
+
+    async def _own(self, job: TrainingJob) -> TrainingJob:
+        """A job this process runs, with a cancellation another replica wrote taken in (the
+        caller stops the job's task: it is complete now)."""
+        if job.is_complete or not self.records.shared:
+            return job
+        record = await self.records.get(self.NAMESPACE, job.task_id)
+        if record is not None and record.version != self._versions.get(job.task_id):
+            theirs = _job(record.value)
+            if theirs is not None and theirs.status == "cancelled":
+                self._take_cancellation(job, theirs)
+                self._versions[job.task_id] = record.version
+        return job
+
+    @staticmethod
+    def _take_cancellation(job: TrainingJob, theirs: TrainingJob) -> None:
+        for key in ("status", "message", "completed_at"):
+            setattr(job, key, getattr(theirs, key))
+        job.version += 1
 
     def _orphaned(self, value: dict[str, Any]) -> bool:
         if value.get("owner") == self.owner:
@@ -203,9 +222,8 @@ class JobStore:
             record = await self.records.get(self.NAMESPACE, job.task_id)
             theirs = _job(record.value) if record is not None else None
             if theirs is not None and theirs.status == "cancelled":
-                for key in ("status", "message", "completed_at"):
-                    setattr(job, key, getattr(theirs, key))
-                job.version += 1
+                self._take_cancellation(job, theirs)
+                self._versions[job.task_id] = record.version
                 raise TrainingInterrupted(job.task_id) from None
             # Written by someone that did not cancel it (a reader that thought it orphaned): ours wins.
             self._versions[job.task_id] = await self.records.put(self.NAMESPACE, job.task_id, self._value(job))

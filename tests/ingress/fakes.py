@@ -233,3 +233,20 @@ def embeddings(dimensions: int = 4) -> Callable[..., EmbeddingResponse]:
         return embedding_response(vectors, model or "ominix-all-minilm-l6-v2", tokens, request.encoding_format)
 
     return answer
+
+
+# ------------------------------------------------------------------ the graph's records
+
+
+class RecordsControl(FakeClient):
+    """Control's record calls over a real RecordStore (deployments/control/deployment.py): the
+    store every ingress replica shares."""
+
+    def __init__(self, store):
+        self.store = store
+        super().__init__(
+            record_get=lambda ns, key, model=None: (r := store.get(ns, key)) and r.as_dict(),
+            record_list=lambda ns, model=None: [r.as_dict() for r in store.list(ns)],
+            record_put=lambda ns, key, value, expected=None, model=None: store.put(ns, key, value, expected),
+            record_delete=lambda ns, key, model=None: store.delete(ns, key),
+        )

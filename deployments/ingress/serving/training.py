@@ -68,6 +68,8 @@ class VoiceTraining:
         job = await self.store.get(task_id)
         if job is None:
             raise APIError(404, f"Training task '{task_id}' not found", "not_found_error", "task_id", "task_not_found")
+        if job.is_complete and task_id in self.tasks:  # cancelled through another replica
+            self.tasks.pop(task_id).cancel()
         return job
 
     async def start(
@@ -132,13 +134,14 @@ class VoiceTraining:
         """The job's current state first (a late client sees where it is), then each change,
         until the final one; `None` after `keepalive_s` without one (a keep-alive). A job this
         replica runs is watched in memory; another replica's is read from the store."""
-        job, seen, idle = await self.job(task_id), -1, 0.0
+        job, seen, idle, unread = await self.job(task_id), -1, 0.0, 0.0
         own = task_id in self.store.jobs
         if not own:
             poll_s = max(poll_s, FOREIGN_POLL_S)
         while True:
-            if not own:
-                job = await self.job(task_id)
+            if unread >= FOREIGN_POLL_S or (not own and seen >= 0):
+                # Another replica's job is read each time; ours now and then, for a cancel sent elsewhere.
+                job, unread = await self.job(task_id), 0.0
             if job.version != seen:
                 seen, idle, event = job.version, 0.0, job.event()
                 yield event
@@ -149,6 +152,7 @@ class VoiceTraining:
                 yield None
             await asyncio.sleep(poll_s)
             idle += poll_s
+            unread += poll_s
 
     async def _heartbeat(self, job: TrainingJob, task: asyncio.Task) -> None:
         """While the job runs: tell the store this replica still runs it, and stop the job when

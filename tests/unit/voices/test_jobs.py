@@ -81,8 +81,18 @@ async def test_a_cancel_from_another_replica_stops_the_owner_at_its_next_write()
     with pytest.raises(TrainingInterrupted):
         await owner.update(job, status="denoising")
     assert job.status == "cancelled" and (await other.get(job.task_id)).status == "cancelled"
-    with pytest.raises(TrainingInterrupted):  # the heartbeat sees it the same
-        await owner.heartbeat(job)
+
+
+async def test_the_owner_sees_a_cancel_sent_elsewhere_at_its_heartbeat_or_a_read():
+    records = Shared(RecordStore())
+    owner, other = JobStore(records), JobStore(records)
+    beat, read = TrainingJob(voice_name="v"), TrainingJob(voice_name="w")
+    for job in (beat, read):
+        assert await owner.add(job)
+        await other.cancel_elsewhere(await other.get(job.task_id))  # a cancelled job frees the slot
+    with pytest.raises(TrainingInterrupted):
+        await owner.heartbeat(beat)
+    assert (await owner.get(read.task_id)).status == "cancelled" and read.is_complete
 
 
 async def test_a_job_whose_owner_stopped_heartbeating_is_failed():
