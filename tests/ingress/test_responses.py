@@ -459,3 +459,35 @@ async def test_a_stored_response_missing_or_its_input_items_unknown_are_404s_and
     )
     assert_openai_error(await http.get(f"/v1/responses/{r.id}/input_items", params={"limit": 0}), 400)
     assert_openai_error(await http.get(f"/v1/responses/{r.id}", params={"stream": "true"}), 400, param="stream")
+
+
+# ------------------------------------------------------------------ the OpenAI Agents SDK
+
+
+async def test_an_agents_sdk_runner_calls_the_tool_and_answers(client, slots):
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    called = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        called.append(city)
+        return f"It is sunny in {city}."
+
+    turns = iter([tool_call_answer(arguments='{"city": "Paris"}'), fakes.generation("Sunny in Paris.")])
+    slots["llm"].answers["chat"] = lambda request, *images, model=None: next(turns)(request, model=model)
+    agent = Agent(
+        name="weather",
+        instructions="Use the tool.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+        model_settings=ModelSettings(tool_choice="required", temperature=0),
+    )
+    result = await Runner.run(agent, "Weather in Paris?", max_turns=3)
+    assert called == ["Paris"] and result.final_output == "Sunny in Paris."
+    first, second = (chat_request(slots, i) for i in (0, 1))
+    assert (first.model_extra | first.model_dump())["tool_choice"] == "required"
+    assert [m.role for m in second.messages] == ["system", "user", "assistant", "tool"]
+    assert second.messages[3].content == "It is sunny in Paris."
