@@ -270,8 +270,12 @@ async def test_previous_response_id_continues_the_stored_conversation(client, sl
         ("assistant", "Hello there"),
         ("user", "What is my name?"),
     ]
-    # one chain, one routing key: the replica that holds the prefix answers both
-    assert slots["llm"].sessions[0] == slots["llm"].sessions[1] == f"cache:response-chain:{first.id}"
+    # one chain, one routing key (its first turn's): the replica holding the prefix answers all
+    third = await client.responses.create(
+        model=MODEL, input="Bye.", instructions="Other rules.", previous_response_id=second.id
+    )
+    sessions = slots["llm"].sessions
+    assert sessions[0].startswith("prefix:") and sessions[0] == sessions[1] == sessions[2]
     items = await client.responses.input_items.list(second.id, order="asc")
     assert [(i.type, i.role) for i in items.data] == [
         ("message", "user"),
@@ -283,7 +287,7 @@ async def test_previous_response_id_continues_the_stored_conversation(client, sl
     assert page.data[0].content[0].text == "What is my name?" and page.has_more  # newest first
     after = await client.responses.input_items.list(second.id, limit=5, after=page.data[0].id)
     assert [i.role for i in after.data] == ["assistant", "user"] and not after.has_more
-    assert sorted(stored(state)) == sorted([first.id, second.id])
+    assert sorted(stored(state)) == sorted([first.id, second.id, third.id])
 
 
 async def test_retrieve_and_delete(client, state):
@@ -491,3 +495,35 @@ async def test_an_agents_sdk_runner_calls_the_tool_and_answers(client, slots):
     assert (first.model_extra | first.model_dump())["tool_choice"] == "required"
     assert [m.role for m in second.messages] == ["system", "user", "assistant", "tool"]
     assert second.messages[3].content == "It is sunny in Paris."
+
+
+# ------------------------------------------------------------------ the CUDA route
+
+
+async def test_a_cuda_mapped_model_is_answered_by_the_cuda_route(tmp_path):
+    """The same dispatch as chat: a mapped id goes to the CUDA proxy (text only), never a local slot."""
+    from deployments.protocol.openai import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
+
+    def chunks(request, model=None):
+        def chunk(delta, finish=None, usage=None):
+            choice = ChatChunkChoice(delta=delta, finish_reason=finish)
+            return ChatCompletionChunk(id="c", model=request.model, choices=[choice], usage=usage)
+
+        assert request.messages[-1].content == "Hi" and request.stream
+        return [
+            chunk(DeltaMessage(role="assistant")),
+            chunk(DeltaMessage(content="From CUDA")),
+            chunk(DeltaMessage(), "stop", usage()),
+        ]
+
+    slots = default_slots()
+    state = ingress_state(GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={}), slots)
+    state.cuda, state.cuda_models = fakes.FakeClient(stream=chunks), frozenset({"remote-llm"})
+    transport = httpx.ASGITransport(app=create_app(state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t/v1") as http:
+        client = openai.AsyncOpenAI(api_key="x", base_url="http://t/v1", http_client=http, max_retries=0)
+        r = await client.responses.create(model="remote-llm", input="Hi")
+        assert r.output_text == "From CUDA" and r.model == "remote-llm" and r.usage.output_tokens == 3
+        async with client.responses.stream(model="remote-llm", input="Hi") as stream:
+            assert (await stream.get_final_response()).output_text == "From CUDA"
+    assert not slots["llm"].calls

@@ -88,14 +88,16 @@ async def open_generation(
     session_header: Optional[str],
     slot: str = "llm",
     args: tuple = (),
+    affinity: Optional[str] = None,
 ) -> tuple[SlotStream, str]:
     """The slot's stream for the request, opened up to its first chunk, and the model that
-    answers (what responses echo)."""
+    answers (what responses echo). `affinity`: the routing key, when the caller knows it
+    (a stored conversation's); else the request's own."""
     client = state.slot(slot)
     model = state.catalog.resolve(slot, request.model)
     check_choice_count(state, slot, request)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
-    session = llm_affinity_key(request, session_header)
+    session = affinity or llm_affinity_key(request, session_header)
     stream = await client.stream(method, request, *args, model=model, session=session)
     return stream, (stream.first.model if stream.first else None) or model or "unknown"
 
@@ -127,22 +129,27 @@ async def serve_chat(
 class ChatGeneration(NamedTuple):
     """A chat request opened on the deployment that answers it, for a protocol that shapes the
     answer its own way: its chunks (the first one already arrived: errors before it kept their
-    status) and the model that answers."""
+    status), the model that answers, and the routing key it went with (None: the CUDA route)."""
 
     chunks: AsyncIterator[GenerationChunk]
     model: str
+    affinity: Optional[str] = None
 
 
-async def open_chat(state: IngressState, body: dict[str, Any], session_header: Optional[str] = None) -> ChatGeneration:
+async def open_chat(
+    state: IngressState, body: dict[str, Any], session_header: Optional[str] = None, affinity: Optional[str] = None
+) -> ChatGeneration:
     """A chat request (a dict, as /v1/chat/completions takes it) dispatched as `serve_chat` does
-    (the CUDA route for a mapped id, else the VLM or the LLM slot) and opened, one choice."""
+    (the CUDA route for a mapped id, else the VLM or the LLM slot) and opened, one choice.
+    `affinity`: the routing key to use instead of the request's own (a stored conversation's)."""
     if routes_to_cuda(state, body):
         chunks, model = await open_cuda_chat(state, body)
         return ChatGeneration(chunks, model)
     request = validate_body(ChatCompletionRequest, body)
     serving = await chat_serving(state, request)
-    stream, model = await serving.open(request, session_header)
-    return ChatGeneration(stream.chunks(), model)
+    key = affinity or llm_affinity_key(request, session_header)
+    stream, model = await serving.open(request, session_header, key)
+    return ChatGeneration(stream.chunks(), model, key)
 
 
 def serves_vision(state: IngressState, model: str | None) -> bool:
@@ -228,11 +235,11 @@ class ServingChat:
         )
 
     async def open(
-        self, request: ChatCompletionRequest, session_header: Optional[str] = None
+        self, request: ChatCompletionRequest, session_header: Optional[str] = None, affinity: Optional[str] = None
     ) -> tuple[SlotStream, str]:
         """The slot's stream for the request and the model that answers (another protocol's
         serving shapes the answer)."""
-        return await open_generation(self.state, "chat", request, session_header, self.slot, self.args)
+        return await open_generation(self.state, "chat", request, session_header, self.slot, self.args, affinity)
 
 
 async def chat_events(

@@ -6,8 +6,9 @@ apply as to a chat completion. The shapes are deployments/protocol/responses.py'
 A stored response (`store`, the default) is a record of the graph's record store (Control's,
 deployments/records.py): the response and the whole conversation that led to it, so a request
 with `previous_response_id` continues it from any ingress replica, after any ingress restart.
-A continued conversation is routed by its chain (the first response's id) to the LLM replica
-holding its prefix cache. A request that fails before the answer begins stores nothing.
+Every turn of a stored conversation is routed with the key its first turn had (its client's
+key, else its head: docs/routing.md), so it reaches the LLM replica holding its prefix cache even
+when the instructions change. A request that fails before the answer begins stores nothing.
 """
 
 from __future__ import annotations
@@ -64,22 +65,20 @@ class ServingResponses:
         request = validate_body(ResponsesRequest, body)
         history, chain = await self._continued(request)
         conversation = history + normalise_items(request.input_items())
-        response_id = new_id("resp")
         chat = chat_body(request, conversation)
         if request.store:
             self._check_storable(conversation)
-        if not request.prompt_cache_key:
-            # The chain's requests share a prefix: the LLM replica that holds it answers them all.
-            chat["prompt_cache_key"] = f"response-chain:{chain or response_id}"
-        generation = await self._open(chat, session_header)
-        turn = Turn(self, request, response_id, conversation, chain or response_id, generation.model)
+        # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
+        named = request.prompt_cache_key or request.user or session_header
+        generation = await self._open(chat, session_header, None if named else chain)
+        turn = Turn(self, request, new_id("resp"), conversation, chain or generation.affinity, generation.model)
         if request.stream:
             return sse_response(turn.events(generation), end=b"")
         return JSONResponse(await turn.complete(generation))
 
     async def _continued(self, request: ResponsesRequest) -> tuple[list[dict[str, Any]], Optional[str]]:
         """The stored conversation a request continues (its items, then the response's output),
-        and the chain it belongs to."""
+        and its chain's routing key."""
         if request.previous_response_id is None:
             return [], None
         record = await self.records.get(RESPONSES, request.previous_response_id)
@@ -100,15 +99,17 @@ class ServingResponses:
                 "input_too_large",
             )
 
-    async def _open(self, chat: dict[str, Any], session_header: Optional[str]) -> ChatGeneration:
+    async def _open(
+        self, chat: dict[str, Any], session_header: Optional[str], affinity: Optional[str]
+    ) -> ChatGeneration:
         try:
-            return await open_chat(self.state, chat, session_header)
+            return await open_chat(self.state, chat, session_header, affinity)
         except APIError as e:
             raise renamed(e, CHAT_TO_RESPONSES_PARAMS) from None
         except RequestValidationError as e:
             raise renamed(validation_error(e), CHAT_TO_RESPONSES_PARAMS) from None
 
-    async def store(self, response: dict[str, Any], conversation: list[dict[str, Any]], chain: str) -> None:
+    async def store(self, response: dict[str, Any], conversation: list[dict[str, Any]], chain: Optional[str]) -> None:
         """Keep a finished response. A store that cannot keep it costs the client nothing but
         the later retrieval (logged)."""
         try:
