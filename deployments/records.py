@@ -14,6 +14,7 @@ absent) and gets `RecordConflict` when the record moved on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
+from deployments.protocol.errors import APIError
 
 MiB = 1024 * 1024
 DAY_S = 24 * 3600.0
@@ -234,3 +237,41 @@ class RecordStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class RecordService:
+    """The store as Control serves it to the ingress replicas (deployments/ingress/serving/
+    records.py): plain data across the handle, the store's refusals as APIErrors whose code the
+    caller turns back into the store's exceptions. SQLite runs off the event loop (a large
+    record takes milliseconds; Control's loop also answers every slot replica's long poll)."""
+
+    def __init__(self, store: RecordStore):
+        self.store = store
+
+    async def record_get(self, namespace: str, key: str) -> Optional[dict[str, Any]]:
+        record = await self._call(self.store.get, namespace, key)
+        return None if record is None else record.as_dict()
+
+    async def record_list(self, namespace: str) -> list[dict[str, Any]]:
+        return [record.as_dict() for record in await self._call(self.store.list, namespace)]
+
+    async def record_put(
+        self, namespace: str, key: str, value: dict[str, Any], expected_version: Optional[int] = None
+    ) -> int:
+        return await self._call(self.store.put, namespace, key, value, expected_version)
+
+    async def record_delete(self, namespace: str, key: str) -> bool:
+        return await self._call(self.store.delete, namespace, key)
+
+    @staticmethod
+    async def _call(method, *args):
+        try:
+            return await asyncio.to_thread(method, *args)
+        except RecordConflict as e:
+            raise APIError(409, str(e), "conflict_error", code="record_conflict") from None
+        except RecordTooLarge as e:
+            raise APIError(413, str(e), "invalid_request_error", code="record_too_large") from None
+        except UnknownNamespace as e:
+            raise APIError(
+                400, f"unknown record namespace {e}", "invalid_request_error", code="unknown_namespace"
+            ) from None

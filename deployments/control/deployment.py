@@ -28,9 +28,8 @@ from ray import serve
 
 from deployments.control.state import ControlState, Desired, ReplicaReport
 from deployments.hub import default_cache_dir
-from deployments.protocol.errors import APIError
 from deployments.ray_internals import session_dir
-from deployments.records import RecordConflict, RecordStore, RecordTooLarge, UnknownNamespace
+from deployments.records import RecordService, RecordStore
 from deployments.resources import reserve
 from deployments.slots import SLOTS
 from deployments.voices.service import VoiceService
@@ -87,7 +86,7 @@ class Control:
         self.state = ControlState(defaults, _session_state_file(build_id))
         self._changed = {slot: asyncio.Event() for slot in defaults}
         self.voice_service = VoiceService(voice_store_dir(cache_dir, _app_name()))
-        self.records = RecordStore(records_file(cache_dir, _app_name()))
+        self.records = RecordService(RecordStore(records_file(cache_dir, _app_name())))
 
     async def desired(self, slot: str) -> Desired:
         return self.state.desired[slot]
@@ -146,23 +145,22 @@ class Control:
         return await self.voice_service.remove(name)
 
     # ------------------------------------------------------------------ the graph's records
-    # The ingress's calls (deployments/ingress/serving/records.py); a refusal is an APIError
-    # whose code the caller turns back into the store's exception.
+    # The ingress replicas' calls (deployments/ingress/serving/records.py), answered by the
+    # record service; a refusal is raised as an APIError.
 
     async def record_get(self, namespace: str, key: str) -> Optional[dict[str, Any]]:
-        record = _records_call(self.records.get, namespace, key)
-        return None if record is None else record.as_dict()
+        return await self.records.record_get(namespace, key)
 
     async def record_list(self, namespace: str) -> list[dict[str, Any]]:
-        return [record.as_dict() for record in _records_call(self.records.list, namespace)]
+        return await self.records.record_list(namespace)
 
     async def record_put(
         self, namespace: str, key: str, value: dict[str, Any], expected_version: Optional[int] = None
     ) -> int:
-        return _records_call(self.records.put, namespace, key, value, expected_version)
+        return await self.records.record_put(namespace, key, value, expected_version)
 
     async def record_delete(self, namespace: str, key: str) -> bool:
-        return _records_call(self.records.delete, namespace, key)
+        return await self.records.record_delete(namespace, key)
 
     def _running_replicas(self, slot: str) -> int:
         try:
@@ -171,16 +169,3 @@ class Control:
             return deployment.replica_states.get("RUNNING", 0)
         except Exception:
             return 1
-
-
-def _records_call(method, *args):
-    try:
-        return method(*args)
-    except RecordConflict as e:
-        raise APIError(409, str(e), "conflict_error", code="record_conflict") from None
-    except RecordTooLarge as e:
-        raise APIError(413, str(e), "invalid_request_error", code="record_too_large") from None
-    except UnknownNamespace as e:
-        raise APIError(
-            400, f"unknown record namespace {e}", "invalid_request_error", code="unknown_namespace"
-        ) from None

@@ -239,14 +239,17 @@ def embeddings(dimensions: int = 4) -> Callable[..., EmbeddingResponse]:
 
 
 class RecordsControl(FakeClient):
-    """Control's record calls over a real RecordStore (deployments/control/deployment.py): the
-    store every ingress replica shares."""
+    """Control's record calls, answered by the real RecordService over a real RecordStore
+    (what deployments/control/deployment.py does): the store every ingress replica shares."""
 
     def __init__(self, store):
+        from deployments.records import RecordService
+
+        service = RecordService(store)
         self.store = store
         super().__init__(
-            record_get=lambda ns, key, model=None: (r := store.get(ns, key)) and r.as_dict(),
-            record_list=lambda ns, model=None: [r.as_dict() for r in store.list(ns)],
-            record_put=lambda ns, key, value, expected=None, model=None: store.put(ns, key, value, expected),
-            record_delete=lambda ns, key, model=None: store.delete(ns, key),
+            **{
+                method: (lambda method: lambda *args, model=None: getattr(service, method)(*args))(method)
+                for method in ("record_get", "record_list", "record_put", "record_delete")
+            }
         )

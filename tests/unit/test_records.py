@@ -105,3 +105,31 @@ def test_the_file_keeps_records_across_a_restart_and_a_damaged_one_starts_empty(
     assert fresh.get("ns", "a") is None
     fresh.put("ns", "b", {})
     assert (tmp_path / "r.sqlite3.damaged").exists()
+
+
+class ServiceControl:
+    """What the ingress's ControlRecords calls: Control's record methods, here the service itself."""
+
+    def __init__(self, service):
+        self.service = service
+
+    async def call(self, method, *args, model=None, session=None):
+        return await getattr(self.service, method)(*args)
+
+
+async def test_controls_service_and_the_ingress_client_agree_on_refusals():
+    from deployments.ingress.serving.records import ControlRecords
+    from deployments.protocol.errors import APIError
+    from deployments.records import RecordService
+
+    records = ControlRecords(ServiceControl(RecordService(store(max_bytes=100))))
+    assert records.shared and await records.put("ns", "a", {"v": 1}, 0) == 1
+    assert (await records.get("ns", "a")).value == {"v": 1} and [r.key for r in await records.list("ns")] == ["a"]
+    with pytest.raises(RecordConflict):
+        await records.put("ns", "a", {"v": 2}, 0)
+    with pytest.raises(RecordTooLarge):
+        await records.put("ns", "b", {"v": "x" * 200})
+    with pytest.raises(APIError) as info:  # a programming error, not the store's refusal: stays an APIError
+        await records.get("other", "a")
+    assert info.value.code == "unknown_namespace"
+    assert await records.delete("ns", "a") and await records.get("ns", "a") is None
