@@ -433,3 +433,24 @@ async def test_x_api_key_or_bearer_when_keys_are_configured(slots, tmp_path):
     transport = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://t")
     sdk = anthropic.AsyncAnthropic(api_key="k1", base_url="http://t", http_client=transport, max_retries=0)
     assert (await sdk.messages.create(**body)).content[0].text == "Hello there"
+
+
+async def test_image_blocks_go_to_the_vision_model_and_count_tokens_refuses_it(client, slots, http):
+    import base64
+
+    from tests.ingress.test_vision import png
+
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png()).decode()},
+    }
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]
+    m = await client.messages.create(model="ominix-tiny-qwen2-vl", max_tokens=8, messages=messages)
+    assert m.content[0].text == "A red square"
+    method, args, _ = slots["vlm"].calls[-1]
+    assert method == "chat" and len(args[1]) == 1
+    r = await http.post("/v1/messages", json={"model": MODEL, "max_tokens": 8, "messages": messages})
+    assert "vision model" in assert_anthropic_error(r, 400, "invalid_request_error")["message"]
+    r = await http.post("/v1/messages/count_tokens", json={"model": "ominix-tiny-qwen2-vl", "messages": HI})
+    assert_anthropic_error(r, 400, "invalid_request_error")
+    assert not slots["llm"].calls
