@@ -116,6 +116,8 @@ SLOTS: dict[str, Slot] = {
             routes=(
                 Route("/v1/chat/completions", 20 * MiB, 300.0),
                 Route("/v1/completions", 20 * MiB, 300.0),
+                Route("/v1/responses", 20 * MiB, 300.0),
+                Route("/v1/messages", 20 * MiB, 300.0),
             ),
             engine=Engine(
                 "mlx-lm",

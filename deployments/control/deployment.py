@@ -11,6 +11,10 @@ Control also keeps the cluster's voice registry (a `VoiceService`, deployments/v
 TTS replicas on any node register and remove voices through it and long-poll its version to keep
 their local mirror, so nodes without a shared disk agree on voices. It persists under Control's
 own cache directory.
+
+And it keeps the graph's records (a `RecordStore`, deployments/records.py): what a protocol
+keeps across requests (stored responses, voice-training jobs), so any ingress replica reads what
+another wrote, and an ingress restart loses nothing. Its SQLite file sits beside the voices.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ray import serve
 from deployments.control.state import ControlState, Desired, ReplicaReport
 from deployments.hub import default_cache_dir
 from deployments.ray_internals import session_dir
+from deployments.records import RecordService, RecordStore
 from deployments.resources import reserve
 from deployments.slots import SLOTS
 from deployments.voices.service import VoiceService
@@ -46,6 +51,12 @@ def voice_store_dir(cache_dir: Optional[str], app: str) -> Path:
     on, per application, and not per build: voices outlive redeploys, as a voices.json does."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return root / "control" / _safe(app) / "voices"
+
+
+def records_file(cache_dir: Optional[str], app: str) -> Path:
+    """Where Control keeps the graph's records: beside its voices, per application, not per build
+    (a stored response outlives a redeploy, as OpenAI's outlive a model update)."""
+    return voice_store_dir(cache_dir, app).parent / "records.sqlite3"
 
 
 def _safe(app: str) -> str:
@@ -75,6 +86,7 @@ class Control:
         self.state = ControlState(defaults, _session_state_file(build_id))
         self._changed = {slot: asyncio.Event() for slot in defaults}
         self.voice_service = VoiceService(voice_store_dir(cache_dir, _app_name()))
+        self.records = RecordService(RecordStore(records_file(cache_dir, _app_name())))
 
     async def desired(self, slot: str) -> Desired:
         return self.state.desired[slot]
@@ -131,6 +143,24 @@ class Control:
 
     async def remove_voice(self, name: str) -> dict[str, Any]:
         return await self.voice_service.remove(name)
+
+    # ------------------------------------------------------------------ the graph's records
+    # The ingress replicas' calls (deployments/ingress/serving/records.py), answered by the
+    # record service; a refusal is raised as an APIError.
+
+    async def record_get(self, namespace: str, key: str) -> Optional[dict[str, Any]]:
+        return await self.records.record_get(namespace, key)
+
+    async def record_list(self, namespace: str) -> list[dict[str, Any]]:
+        return await self.records.record_list(namespace)
+
+    async def record_put(
+        self, namespace: str, key: str, value: dict[str, Any], expected_version: Optional[int] = None
+    ) -> int:
+        return await self.records.record_put(namespace, key, value, expected_version)
+
+    async def record_delete(self, namespace: str, key: str) -> bool:
+        return await self.records.record_delete(namespace, key)
 
     def _running_replicas(self, slot: str) -> int:
         try:

@@ -56,7 +56,7 @@ class IngressSettings(BaseModel):
     api_key_hashes: list[str] = []
     cors_origins: list[str] = []  # ["*"] only in keyless loopback mode
     max_concurrent_requests: int = 24
-    state_dir: Optional[str] = None  # where the ingress keeps records (voice training jobs)
+    state_dir: Optional[str] = None  # where an ingress without Control keeps its records
     routes: list[RoutePolicy] = Field(
         default_factory=lambda: [
             RoutePolicy(prefix=r.prefix, max_body_bytes=r.max_body_bytes, timeout_s=r.timeout_s) for r in all_routes()

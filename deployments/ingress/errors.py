@@ -1,5 +1,6 @@
-"""Every error the ingress answers is OpenAI-shaped: this module maps FastAPI's and Ray's
-exceptions onto `APIError`, so no route ever returns FastAPI's 422 `detail` list or an HTML page.
+"""Every error the ingress answers is OpenAI-shaped (Anthropic-shaped on Anthropic's routes,
+/v1/messages*): this module maps FastAPI's and Ray's exceptions onto `APIError`, so no route ever
+returns FastAPI's 422 `detail` list or an HTML page.
 """
 
 from __future__ import annotations
@@ -14,13 +15,31 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from deployments.protocol.errors import APIError, error_body, server_error, unavailable
+from deployments.protocol.anthropic import anthropic_error_body
+from deployments.protocol.errors import APIError, server_error, unavailable
 
 logger = logging.getLogger("ray.serve")
 
 
-def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
+ANTHROPIC_ROUTES = "/v1/messages"
+
+
+def speaks_anthropic(path: str) -> bool:
+    """Anthropic's routes answer errors in Anthropic's shape, every other route in OpenAI's."""
+    return path == ANTHROPIC_ROUTES or path.startswith(ANTHROPIC_ROUTES + "/")
+
+
+def error_body_for(path: str, error: APIError) -> dict[str, Any]:
+    return anthropic_error_body(error) if speaks_anthropic(path) else error.body()
+
+
+def error_response(error: APIError, path: str = "") -> JSONResponse:
+    return JSONResponse(error_body_for(path, error), status_code=error.status_code, headers=error.headers or None)
+
+
+def _path(request: Request) -> str:
+    path, root = request.url.path, request.scope.get("root_path", "")
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
 
 
 def from_exception(exc: BaseException) -> APIError:
@@ -59,6 +78,12 @@ def validate_body(model: type[BaseModel], body: Any) -> Any:
 _NAMED_FIELD = re.compile(r"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
 
 
+def validation_error(exc: RequestValidationError) -> APIError:
+    """The 400 a validation failure answers."""
+    message, param = _validation_message(exc)
+    return APIError(400, message, "invalid_request_error", param)
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -80,13 +105,12 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError):
-        return error_response(exc)
+    async def _api_error(request: Request, exc: APIError):
+        return error_response(exc, _path(request))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError):
-        message, param = _validation_message(exc)
-        return error_response(APIError(400, message, "invalid_request_error", param))
+    async def _validation(request: Request, exc: RequestValidationError):
+        return error_response(validation_error(exc), _path(request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -97,8 +121,9 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             message = str(exc.detail)
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(error_body(message, kind), status_code=exc.status_code, headers=exc.headers)
+        error = APIError(exc.status_code, message, kind)
+        return JSONResponse(error_body_for(_path(request), error), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception):
-        return error_response(from_exception(exc))
+    async def _unexpected(request: Request, exc: Exception):
+        return error_response(from_exception(exc), _path(request))

@@ -3,7 +3,7 @@ size caps enforced while reading, per-route timeouts, CORS.
 
 Pure ASGI (no Ray): each middleware gets a `settings()` callable, so the FastAPI app can be
 built once at import and still enforce the settings the running replica was bound with.
-Rejections are OpenAI-shaped JSON for HTTP, and for a WebSocket the same status and body as
+Rejections are OpenAI-shaped JSON for HTTP (Anthropic-shaped on Anthropic's routes), and for a WebSocket the same status and body as
 the answer to its upgrade request (ASGI's WebSocket denial response; Serve's proxy runs
 uvicorn, which supports it), or a close before accept (HTTP 403) on servers without it.
 """
@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 from deployments.ingress.config import IngressSettings, is_public, is_uncapped
+from deployments.ingress.errors import error_body_for
 from deployments.protocol.errors import APIError
 
 logger = logging.getLogger("ray.serve")
@@ -29,7 +30,7 @@ WS_BEARER_PROTOCOL = "bearer"
 
 
 async def send_error(scope: dict, send: Callable, error: APIError, headers: Optional[dict] = None) -> None:
-    body = json.dumps(error.body()).encode()
+    body = json.dumps(error_body_for(route_path(scope), error)).encode()
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     kind = "http"
@@ -58,9 +59,13 @@ def route_path(scope: dict) -> str:
 
 
 def presented_key(scope: dict) -> Optional[str]:
+    """`Authorization: Bearer <key>` (OpenAI's clients), else `x-api-key` (Anthropic's)."""
     auth = _header(scope, b"authorization")
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip()
+    api_key = _header(scope, b"x-api-key")
+    if api_key:
+        return api_key.strip()
     if scope["type"] == "websocket":
         offered = [p.strip() for p in scope.get("subprotocols", [])]
         if len(offered) >= 2 and offered[0] == WS_BEARER_PROTOCOL:
@@ -82,7 +87,11 @@ class ApiKeyAuth:
         if key is None or not settings.key_is_valid(key):
             error = APIError(401, "invalid api key", "authentication_error", code="invalid_api_key")
             return await send_error(scope, send, error, {"WWW-Authenticate": "Bearer"})
-        if scope["type"] == "websocket" and _header(scope, b"authorization") is None:
+        if (
+            scope["type"] == "websocket"
+            and _header(scope, b"authorization") is None
+            and not _header(scope, b"x-api-key")
+        ):
             send = _accept_with_subprotocol(send, WS_BEARER_PROTOCOL)
         return await self.app(scope, receive, send)
 

@@ -9,6 +9,7 @@ process (tests/ingress: fake clients, httpx's ASGITransport), with no Ray in bet
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from starlette.requests import HTTPConnection
@@ -30,6 +31,7 @@ class IngressState:
     cuda_models: frozenset[str] = frozenset()  # public ids routed to CUDA (exact match)
     downloads: Optional[Any] = None  # the DownloadManager (deployments/downloads), made on first use
     training: Optional[Any] = None  # VoiceTraining (ingress/serving/training.py), made on first use
+    records: Optional[Any] = None  # the graph's record store (ingress/serving/records.py), on first use
 
     def slot(self, name: str) -> Any:
         """The slot's client; a slot this graph does not run answers `slot_disabled`."""
@@ -47,11 +49,27 @@ class IngressState:
 
     def voice_training(self) -> Any:
         if self.training is None:
-            from deployments.hub import default_cache_dir
             from deployments.ingress.serving.training import VoiceTraining
 
-            self.training = VoiceTraining(self.settings.state_dir or default_cache_dir() / "ingress")
+            self.training = VoiceTraining(self.record_store())
         return self.training
+
+    def record_store(self) -> Any:
+        """Control's record store, shared by every ingress replica; without Control (an ingress
+        built alone, as in tests) a private one in the state directory."""
+        if self.records is None:
+            from deployments.ingress.serving.records import ControlRecords, LocalRecords
+
+            if self.control is not None:
+                self.records = ControlRecords(self.control)
+            else:
+                self.records = LocalRecords.in_dir(self.state_dir())
+        return self.records
+
+    def state_dir(self) -> Path:
+        from deployments.hub import default_cache_dir
+
+        return Path(self.settings.state_dir) if self.settings.state_dir else default_cache_dir() / "ingress"
 
     def control_plane(self) -> Any:
         if self.control is None:

@@ -53,6 +53,13 @@ class LLMSlot(SlotReplica):
         async for chunk in self._generate(engine, prompt, request, request.template_tools()):
             yield chunk
 
+    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+        """The prompt tokens a chat request would take: its messages and tools through the
+        model's chat template (Anthropic's /v1/messages/count_tokens)."""
+        engine = await self.engine()
+        prompt = await asyncio.to_thread(chat_prompt, engine.tokenizer, request)
+        return len(prompt.token_ids)
+
     async def completions(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = await self.engine()
         prompt = await asyncio.to_thread(completion_prompt, engine.tokenizer, request)

@@ -585,6 +585,7 @@ class LLMEngine(EngineThread[_Request]):
             tool_texts=parsed.tool_texts + tail.tool_texts,
         )
         chunk = self._chunk(seq, merged, final=True)
+        chunk.stop_sequence = seq.parser.stopped_by  # Anthropic's stop_sequence names it
         if finish_reason == "stop" and seq.made_tool_call:
             finish_reason = "tool_calls"
         chunk.finish_reason = finish_reason

@@ -51,6 +51,7 @@ class OutputParser:
             self._rules[REASONING].append((s, _STOP))
         self.state = initial_state
         self.stopped = False
+        self.stopped_by: Optional[str] = None  # the stop string that matched
         self._buf = ""
         self._tool_text = ""
         # Models put newlines right after markers ("<think>\n", "</think>\n\n"): not content.
@@ -74,6 +75,7 @@ class OutputParser:
             self._buf = self._buf[pos + len(marker) :]
             if action == _STOP:
                 self.stopped = out.stopped = True
+                self.stopped_by = marker
                 self._buf = ""
                 return out
             self._enter(action, out)

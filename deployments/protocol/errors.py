@@ -62,3 +62,14 @@ def server_error(message: str) -> APIError:
 
 def unavailable(message: str) -> APIError:
     return APIError(503, message, "service_unavailable")
+
+
+def renamed(error: APIError, names: dict[str, str]) -> APIError:
+    """A chat-side error with the fields named as the client's protocol names them."""
+    param = (error.param or "").split(".")[0]
+    if param not in names:
+        return error
+    message = error.message
+    if message.startswith(param):
+        message = names[param] + message[len(param) :]
+    return APIError(error.status_code, message, error.type, names[param], error.code, error.headers)

@@ -25,6 +25,7 @@ class GenerationChunk(BaseModel):
     tool_calls: list[ToolCall] = []
     logprobs: Optional[list[TokenLogprob]] = None
     finish_reason: FinishReason = None
+    stop_sequence: Optional[str] = None  # the stop string that ended the choice (finish "stop")
     usage: Optional[UsageInfo] = None
 
     def merge(self, other: GenerationChunk) -> GenerationChunk:
@@ -37,6 +38,7 @@ class GenerationChunk(BaseModel):
             tool_calls=self.tool_calls + other.tool_calls,
             logprobs=_joined(self.logprobs, other.logprobs),
             finish_reason=other.finish_reason or self.finish_reason,
+            stop_sequence=other.stop_sequence or self.stop_sequence,
             usage=other.usage or self.usage,
         )
 

@@ -27,6 +27,12 @@ def sse_data(payload: BaseModel | dict[str, Any] | str) -> bytes:
     return ("".join(f"data: {line}\n" for line in lines) + "\n").encode()
 
 
+def sse_event(payload: dict[str, Any]) -> bytes:
+    """An event named by its payload's `type` (`event: <type>` then its data), as the Responses
+    API and Anthropic's Messages API stream them."""
+    return f"event: {payload['type']}\n".encode() + sse_data(payload)
+
+
 # Stands for the one string an `SSEFrame` varies; no model output contains NUL characters.
 HOLE = "\x00ominix:hole\x00"
 _HOLE_JSON = to_json(HOLE)

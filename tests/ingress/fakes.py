@@ -233,3 +233,23 @@ def embeddings(dimensions: int = 4) -> Callable[..., EmbeddingResponse]:
         return embedding_response(vectors, model or "ominix-all-minilm-l6-v2", tokens, request.encoding_format)
 
     return answer
+
+
+# ------------------------------------------------------------------ the graph's records
+
+
+class RecordsControl(FakeClient):
+    """Control's record calls, answered by the real RecordService over a real RecordStore
+    (what deployments/control/deployment.py does): the store every ingress replica shares."""
+
+    def __init__(self, store):
+        from deployments.records import RecordService
+
+        service = RecordService(store)
+        self.store = store
+        super().__init__(
+            **{
+                method: (lambda method: lambda *args, model=None: getattr(service, method)(*args))(method)
+                for method in ("record_get", "record_list", "record_put", "record_delete")
+            }
+        )

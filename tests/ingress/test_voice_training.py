@@ -166,8 +166,8 @@ async def test_jobs_survive_a_restart_and_a_running_one_is_failed(http, state, r
     recorder.delay_s = 30
     running = (await http.post("/v1/voices/train", json=body(transcript="x", voice_name="b"))).json()["task_id"]
     restarted = VoiceTraining(state.settings.state_dir)  # what a new ingress reads from the file
-    assert restarted.job(done).status_body()["status"] == "complete"
-    job = restarted.job(running)
+    assert (await restarted.job(done)).status_body()["status"] == "complete"
+    job = await restarted.job(running)
     assert job.status == "failed" and "restarted" in job.error and job.completed_at
     await http.post("/v1/voices/train/cancel", params={"task_id": running})
 
@@ -354,3 +354,33 @@ async def test_a_quiet_job_sends_keep_alives(http, state, recorder):
             break
     assert seen[0]["task_id"] == task_id and seen.count(None) == 2
     await http.post("/v1/voices/train/cancel", params={"task_id": task_id})
+
+
+async def test_any_ingress_replica_answers_for_a_job_another_runs(slots, recorder, tmp_path):
+    """Two ingress replicas over one Control: status, progress and cancel from the replica that
+    does not run the job; a second job is refused graph-wide."""
+    from deployments.records import RecordStore
+
+    recorder.delay_s = 30
+    control = fakes.RecordsControl(RecordStore(tmp_path / "control.sqlite3"))
+    config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={})
+    runner, other = (
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(ingress_state(config, slots, control=control))),
+            base_url="http://t",
+        )
+        for _ in range(2)
+    )
+    task_id = (await runner.post("/v1/voices/train", json=body(transcript="x"))).json()["task_id"]
+    for _ in range(100):
+        status = (await other.get("/v1/voices/train/status", params={"task_id": task_id})).json()["status"]
+        if status == "voice_conditioning":
+            break
+        await asyncio.sleep(0.02)
+    assert status == "voice_conditioning"
+    assert_openai_error(
+        await other.post("/v1/voices/train", json=body(voice_name="b")), 409, code="training_in_progress"
+    )
+    assert (await other.post("/v1/voices/train/cancel", params={"task_id": task_id})).status_code == 200
+    assert (await events(other, task_id))[-1]["stage"] == "cancelled"
+    assert (await runner.get("/v1/voices/train/status", params={"task_id": task_id})).json()["status"] == "cancelled"

@@ -92,7 +92,7 @@ async def _parse(request: Request) -> tuple[TrainRequest, bytes]:
 
 @router.get("/v1/voices/train/status")
 async def training_status(task_id: str = Query(...), state: IngressState = Depends(ingress_state)):
-    return state.voice_training().job(task_id).status_body()
+    return (await state.voice_training().job(task_id)).status_body()
 
 
 @router.get("/v1/voices/train/progress")
@@ -110,4 +110,4 @@ async def training_progress(task_id: str = Query(...), state: IngressState = Dep
 
 @router.post("/v1/voices/train/cancel")
 async def cancel_training(task_id: str = Query(...), state: IngressState = Depends(ingress_state)):
-    return state.voice_training().cancel(task_id)
+    return await state.voice_training().cancel(task_id)

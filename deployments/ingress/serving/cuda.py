@@ -5,6 +5,7 @@ readiness feeds /readyz, /v1/models and /v1/models/status.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Optional
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -13,6 +14,7 @@ from deployments.cuda_proxy.protocol import CudaChatRequest
 from deployments.ingress.errors import from_exception, validate_body
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.state import IngressState
+from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ModelCard
 
 NOT_CONFIGURED_STATUS = {"configured": False, "models": [], "shim_reachable": False, "model_ready": False}
@@ -40,6 +42,22 @@ async def serve_cuda_chat(state: IngressState, body: dict[str, Any]) -> JSONResp
         stream = await state.cuda.stream("stream", request)
         return sse_response(stream.chunks())
     return json_response(await state.cuda.call("complete", request))
+
+
+async def open_cuda_chat(state: IngressState, body: dict[str, Any]) -> tuple[AsyncIterator[GenerationChunk], str]:
+    """A chat request on the CUDA route as generation chunks (text deltas, then the finish with
+    the usage), for a protocol that shapes the answer its own way; the route's own rules apply."""
+    request = validate_body(CudaChatRequest, {**body, "stream": True})
+    stream = await state.cuda.stream("stream", request)
+
+    async def chunks() -> AsyncIterator[GenerationChunk]:
+        async for chunk in stream.chunks():
+            for choice in chunk.choices:
+                yield GenerationChunk(
+                    content=choice.delta.content or "", finish_reason=choice.finish_reason, usage=chunk.usage
+                )
+
+    return chunks(), (stream.first.model if stream.first is not None else None) or request.model
 
 
 async def cuda_status(state: IngressState) -> Optional[dict[str, Any]]:

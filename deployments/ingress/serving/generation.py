@@ -15,13 +15,18 @@ builds its own response shapes. A request for n choices is one slot stream whose
 their choice. A constrained answer is checked here first: a schema the grammar engine cannot
 compile, or a forced tool that is not there, is a 400 that never reaches a replica
 (deployments/llm/constraints.py).
+
+The other protocols on the LLM (the Responses API, Anthropic Messages: ingress/serving/
+responses.py, messages.py) translate their request into a chat request and open it here
+(`open_chat`): the same dispatch, checks and slot call as a chat completion, only the shapes
+of the answer are theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
@@ -29,7 +34,7 @@ from pydantic import BaseModel
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
-from deployments.ingress.serving.cuda import routes_to_cuda, serve_cuda_chat
+from deployments.ingress.serving.cuda import open_cuda_chat, routes_to_cuda, serve_cuda_chat
 from deployments.ingress.state import IngressState
 from deployments.llm.constraints import checked_constraint
 from deployments.protocol.errors import APIError, invalid_request
@@ -75,6 +80,25 @@ async def serve_generation(
 ) -> JSONResponse | StreamingResponse:
     """Shared body of /v1/chat/completions (on the LLM or the VLM slot) and /v1/completions.
     `args` follow the request in the slot call (the VLM's images)."""
+    stream, model = await open_generation(state, method, request, session_header, slot, args)
+    if request.stream:
+        return sse_response(to_events(stream, model))
+    choices, usage = collect_choices([chunk async for chunk in stream.chunks()])
+    return json_response(to_response(choices, usage, model))
+
+
+async def open_generation(
+    state: IngressState,
+    method: str,
+    request: SamplingRequest,
+    session_header: Optional[str],
+    slot: str = "llm",
+    args: tuple = (),
+    affinity: Optional[str] = None,
+) -> tuple[SlotStream, str]:
+    """The slot's stream for the request, opened up to its first chunk, and the model that
+    answers (what responses echo). `affinity`: the routing key, when the caller knows it
+    (a stored conversation's); else the request's own."""
     if slot == "llm":
         # Compiling a large schema takes milliseconds: off the event loop.
         await asyncio.to_thread(checked_constraint, request)
@@ -82,13 +106,9 @@ async def serve_generation(
     model = state.catalog.resolve(slot, request.model)
     check_choice_count(state, slot, request)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
-    session = llm_affinity_key(request, session_header)
+    session = affinity or llm_affinity_key(request, session_header)
     stream = await client.stream(method, request, *args, model=model, session=session)
-    model = (stream.first.model if stream.first else None) or model or "unknown"
-    if request.stream:
-        return sse_response(to_events(stream, model))
-    choices, usage = collect_choices([chunk async for chunk in stream.chunks()])
-    return json_response(to_response(choices, usage, model))
+    return stream, (stream.first.model if stream.first else None) or model or "unknown"
 
 
 def check_choice_count(state: IngressState, slot: str, request: SamplingRequest) -> None:
@@ -113,6 +133,32 @@ async def serve_chat(
     request = validate_body(ChatCompletionRequest, body)
     serving = await chat_serving(state, request)
     return await serving.create(request, session_header)
+
+
+class ChatGeneration(NamedTuple):
+    """A chat request opened on the deployment that answers it, for a protocol that shapes the
+    answer its own way: its chunks (the first one already arrived: errors before it kept their
+    status), the model that answers, and the routing key it went with (None: the CUDA route)."""
+
+    chunks: AsyncIterator[GenerationChunk]
+    model: str
+    affinity: Optional[str] = None
+
+
+async def open_chat(
+    state: IngressState, body: dict[str, Any], session_header: Optional[str] = None, affinity: Optional[str] = None
+) -> ChatGeneration:
+    """A chat request (a dict, as /v1/chat/completions takes it) dispatched as `serve_chat` does
+    (the CUDA route for a mapped id, else the VLM or the LLM slot) and opened, one choice.
+    `affinity`: the routing key to use instead of the request's own (a stored conversation's)."""
+    if routes_to_cuda(state, body):
+        chunks, model = await open_cuda_chat(state, body)
+        return ChatGeneration(chunks, model)
+    request = validate_body(ChatCompletionRequest, body)
+    serving = await chat_serving(state, request)
+    key = affinity or llm_affinity_key(request, session_header)
+    stream, model = await serving.open(request, session_header, key)
+    return ChatGeneration(stream.chunks(), model, key)
 
 
 def serves_vision(state: IngressState, model: str | None) -> bool:
@@ -214,6 +260,13 @@ class ServingChat:
         return await serve_generation(
             self.state, "chat", request, session_header, to_events, to_response, self.slot, self.args
         )
+
+    async def open(
+        self, request: ChatCompletionRequest, session_header: Optional[str] = None, affinity: Optional[str] = None
+    ) -> tuple[SlotStream, str]:
+        """The slot's stream for the request and the model that answers (another protocol's
+        serving shapes the answer)."""
+        return await open_generation(self.state, "chat", request, session_header, self.slot, self.args, affinity)
 
 
 async def chat_events(

@@ -16,9 +16,12 @@ Base (models with a reference encoder) or Kokoro (a style fitted to the clip).
     number of steps; the fitted voice pack is stored next to the registry;
 - registering_voice: the voice into the registry file, atomically; every replica uses it.
 
-One job runs at a time (a second is a 409); cancelling ends it at once, whatever its stage
-(the slot call in flight is cancelled with it; a fit stops after its current step). Jobs are
-records in a state file.
+One job runs at a time across the graph (a second is a 409); cancelling ends it at once,
+whatever its stage (the slot call in flight is cancelled with it; a fit stops after its current
+step). Jobs are records of the graph's record store (Control's: deployments/voices/jobs.py), so
+status, progress and cancel answer from any ingress replica; the replica that runs a job
+heartbeats it, and a cancel sent to another replica reaches it at its next write (a progress
+step, or the heartbeat within `JobStore.HEARTBEAT_S`).
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ import numpy as np
 
 from deployments.audio.decode import AudioDecodeError, decode_audio
 from deployments.audio.denoise import denoise
+from deployments.ingress.serving.records import LocalRecords, Records
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.transcription import TranscriptionParams
-from deployments.voices.jobs import FIT_STEPS, JobStore, TrainingJob
+from deployments.voices.jobs import FIT_STEPS, JobStore, TrainingInterrupted, TrainingJob
 
 MIN_SECONDS, MAX_SECONDS = 1.0, 30.0
 TRAINABLE = ("pocket_tts", "kokoro", "qwen3_tts")  # model types with a training stage
 SCORING_SHARE = 0.2  # style_fitting's stage_progress spent scoring the stock voices
 SILENCE = 0.01  # peak-relative amplitude under which the clip's ends count as silence
+FOREIGN_POLL_S = 0.5  # how often a progress stream reads a job another replica runs
 
 
 def trim(samples: np.ndarray, rate: int) -> np.ndarray:
@@ -51,16 +56,20 @@ def trim(samples: np.ndarray, rate: int) -> np.ndarray:
 
 
 class VoiceTraining:
-    """The ingress's training jobs: one store, one running task at most."""
+    """The graph's training jobs as this ingress replica serves them: the jobs' records, and
+    the task of the one it runs, if any."""
 
-    def __init__(self, state_dir: Path):
-        self.store = JobStore(Path(state_dir) / "voice_training.json")
+    def __init__(self, records: Records | Path):
+        # A directory: a private store there (what an ingress without Control keeps).
+        self.store = JobStore(records if not isinstance(records, (str, Path)) else LocalRecords.in_dir(records))
         self.tasks: dict[str, asyncio.Task] = {}
 
-    def job(self, task_id: str) -> TrainingJob:
-        job = self.store.jobs.get(task_id)
+    async def job(self, task_id: str) -> TrainingJob:
+        job = await self.store.get(task_id)
         if job is None:
             raise APIError(404, f"Training task '{task_id}' not found", "not_found_error", "task_id", "task_not_found")
+        if job.is_complete and task_id in self.tasks:  # cancelled through another replica
+            self.tasks.pop(task_id).cancel()
         return job
 
     async def start(
@@ -75,15 +84,9 @@ class VoiceTraining:
         steps: Optional[int] = None,
         base_voices: Optional[list[str]] = None,
     ) -> TrainingJob:
-        running = self.store.active()
+        running = await self.store.active()
         if running is not None:
-            raise APIError(
-                409,
-                f"Training task '{running.task_id}' ({running.voice_name}) is running; one runs at a time",
-                "conflict_error",
-                None,
-                "training_in_progress",
-            )
+            raise _busy(running)
         facts = await state.slot("tts").call("describe")
         # The slot's own reason first: a model type may train in one variant only (Qwen3-TTS Base).
         why = facts.get("training_unsupported") or (
@@ -105,18 +108,23 @@ class VoiceTraining:
                 "voice_not_found",
             )
         job = TrainingJob(voice_name=voice_name)
-        self.store.add(job)
+        if not await self.store.add(job):  # another replica started one meanwhile
+            raise _busy(await self.store.active() or job)
         options = {"quality": quality, "denoise": denoise, "steps": steps, "base_voices": base_voices}
-        self.tasks[job.task_id] = asyncio.create_task(
-            self._run(state, job, audio, transcript, language, facts, options)
-        )
+        task = asyncio.create_task(self._run(state, job, audio, transcript, language, facts, options))
+        self.tasks[job.task_id] = task
+        if self.store.records.shared:
+            asyncio.create_task(self._heartbeat(job, task))
         return job
 
-    def cancel(self, task_id: str) -> dict[str, Any]:
-        job = self.job(task_id)
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        job = await self.job(task_id)
         if job.is_complete:
             raise APIError(409, f"Training task '{task_id}' is already {job.status}", "conflict_error", "task_id")
-        self.store.update(job, status="cancelled", message="Cancelled")
+        if task_id in self.store.jobs:
+            await self.store.update(job, status="cancelled", message="Cancelled")
+        else:  # another replica runs it
+            await self.store.cancel_elsewhere(job)
         task = self.tasks.pop(task_id, None)
         if task is not None:
             task.cancel()
@@ -124,9 +132,16 @@ class VoiceTraining:
 
     async def watch(self, task_id: str, poll_s: float = 0.1, keepalive_s: float = 10.0):
         """The job's current state first (a late client sees where it is), then each change,
-        until the final one; `None` after `keepalive_s` without one (a keep-alive)."""
-        job, seen, idle = self.job(task_id), -1, 0.0
+        until the final one; `None` after `keepalive_s` without one (a keep-alive). A job this
+        replica runs is watched in memory; another replica's is read from the store."""
+        job, seen, idle, unread = await self.job(task_id), -1, 0.0, 0.0
+        own = task_id in self.store.jobs
+        if not own:
+            poll_s = max(poll_s, FOREIGN_POLL_S)
         while True:
+            if unread >= FOREIGN_POLL_S or (not own and seen >= 0):
+                # Another replica's job is read each time; ours now and then, for a cancel sent elsewhere.
+                job, unread = await self.job(task_id), 0.0
             if job.version != seen:
                 seen, idle, event = job.version, 0.0, job.event()
                 yield event
@@ -137,6 +152,22 @@ class VoiceTraining:
                 yield None
             await asyncio.sleep(poll_s)
             idle += poll_s
+            unread += poll_s
+
+    async def _heartbeat(self, job: TrainingJob, task: asyncio.Task) -> None:
+        """While the job runs: tell the store this replica still runs it, and stop the job when
+        another replica cancelled it (the slot call in flight is cancelled with the task)."""
+        while not task.done():
+            await asyncio.sleep(JobStore.HEARTBEAT_S)
+            if task.done() or job.is_complete:
+                return
+            try:
+                await self.store.heartbeat(job)
+            except TrainingInterrupted:
+                task.cancel()
+                return
+            except Exception:  # the store is away for a moment: the next beat tries again
+                continue
 
     # ------------------------------------------------------------------ the pipeline
 
@@ -149,17 +180,21 @@ class VoiceTraining:
             if facts["model_type"] == "kokoro":
                 files = await self._fit_style(tts, job, samples, options, language)
             else:
-                self._stage(job, "voice_conditioning", "Computing the voice's conditioning once (reference encoder)")
+                await self._stage(
+                    job, "voice_conditioning", "Computing the voice's conditioning once (reference encoder)"
+                )
                 files = await tts.call("cache_conditioning", job.voice_name, samples.astype("<f4").tobytes())
-            self._stage(job, "registering_voice", "Registering the voice")
+            await self._stage(job, "registering_voice", "Registering the voice")
             await tts.call("register_trained_voice", job.voice_name, files, transcript or "", language)
-            self.store.update(job, status="complete", stage_progress=1.0, message=self._ready(job))
+            await self.store.update(job, status="complete", stage_progress=1.0, message=self._ready(job))
+        except TrainingInterrupted:  # cancelled through another replica: the record says so
+            pass
         except asyncio.CancelledError:
             if not job.is_complete:
-                self.store.update(job, status="cancelled", message="Cancelled")
+                await self._final(job, status="cancelled", message="Cancelled")
         except Exception as e:  # the job fails with the reason; the server goes on
             reason = e.message if isinstance(e, APIError) else f"{type(e).__name__}: {e}"
-            self.store.update(job, status="failed", message=f"Training failed: {reason}", error=reason)
+            await self._final(job, status="failed", message=f"Training failed: {reason}", error=reason)
         finally:
             self.tasks.pop(job.task_id, None)
 
@@ -173,11 +208,17 @@ class VoiceTraining:
             )
         return message
 
-    def _stage(self, job: TrainingJob, stage: str, message: str) -> None:
-        self.store.update(job, status=stage, stage_progress=0.0, message=message)
+    async def _final(self, job: TrainingJob, **changes: Any) -> None:
+        try:
+            await self.store.update(job, **changes)
+        except TrainingInterrupted:
+            pass
+
+    async def _stage(self, job: TrainingJob, stage: str, message: str) -> None:
+        await self.store.update(job, status=stage, stage_progress=0.0, message=message)
 
     async def _slice(self, job: TrainingJob, audio: bytes, rate: int) -> np.ndarray:
-        self._stage(job, "audio_slicing", "Decoding the clip and cutting its silent ends")
+        await self._stage(job, "audio_slicing", "Decoding the clip and cutting its silent ends")
         try:
             samples = await asyncio.to_thread(decode_audio, audio, rate)
         except AudioDecodeError as e:
@@ -189,40 +230,50 @@ class VoiceTraining:
 
     async def _denoise(self, job: TrainingJob, samples: np.ndarray, rate: int, wanted: bool) -> np.ndarray:
         if not wanted:
-            self._stage(job, "denoising", "Skipped: not asked for (denoise: false)")
+            await self._stage(job, "denoising", "Skipped: not asked for (denoise: false)")
             return samples
-        self._stage(job, "denoising", "Gating out stationary noise (spectral gating)")
+        await self._stage(job, "denoising", "Gating out stationary noise (spectral gating)")
         return await asyncio.to_thread(denoise, samples, rate)
 
     async def _fit_style(self, tts, job: TrainingJob, samples: np.ndarray, options: dict, language) -> dict:
         """Kokoro's training stage: the TTS slot's streamed fit, its events into the job."""
         steps = options["steps"] or FIT_STEPS[options["quality"]]
-        self._stage(job, "style_fitting", "Scoring Kokoro's stock voices against the clip (speaker embeddings)")
+        await self._stage(job, "style_fitting", "Scoring Kokoro's stock voices against the clip (speaker embeddings)")
         audio = samples.astype("<f4").tobytes()
         stream = await tts.stream("fit_voice", job.voice_name, audio, steps, language, options["base_voices"])
         files = None
         async for event in stream.chunks():
             if "scored" in event:
                 done = SCORING_SHARE * event["scored"] / event["of"]
-                self.store.update(job, stage_progress=round(done, 3))
+                await self.store.update(job, stage_progress=round(done, 3))
             elif "step" in event:
                 job.losses.append({"step": event["step"], "loss": event["loss"]})
-                self.store.update(
+                await self.store.update(
                     job,
                     stage_progress=round(SCORING_SHARE + (1 - SCORING_SHARE) * (event["step"] + 1) / steps, 3),
                     message=f"Fitting the style: step {event['step'] + 1}/{steps}, loss {event['loss']:.4f}",
                 )
             elif "files" in event:
                 files = event.pop("files")
-                self.store.update(job, fit=event)
+                await self.store.update(job, fit=event)
         if files is None:
             raise RuntimeError("the TTS slot ended the fit without a voice")
         return files
 
     async def _transcript(self, state, job, audio, transcript, language) -> Optional[str]:
         if transcript:
-            self._stage(job, "feature_extraction", "Using the transcript given")
+            await self._stage(job, "feature_extraction", "Using the transcript given")
             return transcript
-        self._stage(job, "feature_extraction", "Transcribing the clip (ASR slot)")
+        await self._stage(job, "feature_extraction", "Transcribing the clip (ASR slot)")
         result = await state.slot("asr").call("transcribe", TranscriptionParams(language=language), audio, None)
         return result.text.strip()
+
+
+def _busy(running: TrainingJob) -> APIError:
+    return APIError(
+        409,
+        f"Training task '{running.task_id}' ({running.voice_name}) is running; one runs at a time",
+        "conflict_error",
+        None,
+        "training_in_progress",
+    )

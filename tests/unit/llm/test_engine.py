@@ -111,3 +111,11 @@ def test_is_a_slot_engine_and_healthy(engine):
     assert isinstance(engine, SlotEngine)
     engine.check_health()
     assert not engine.closed and engine.pending() == 0
+
+
+async def test_the_stop_string_that_ended_a_choice_is_reported(engine):
+    text, last = await complete(engine, "The stop reader", max_tokens=24, temperature=0)
+    assert last.stop_sequence is None
+    stop = text[len(text) // 2 :][:3]  # a piece of the greedy answer: the same run meets it
+    cut, last = await complete(engine, "The stop reader", max_tokens=24, temperature=0, stop=[stop, "\x01never"])
+    assert last.finish_reason == "stop" and last.stop_sequence == stop and stop not in cut

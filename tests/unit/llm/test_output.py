@@ -90,3 +90,11 @@ def test_stop_strings_do_not_cut_tool_calls():
 def test_no_markers_passes_text_through():
     text = "plain <think> text </tool_call>"
     assert run(text, [3, 9], initial_state=NORMAL)[0] == text
+
+
+def test_the_parser_names_the_stop_string_that_matched():
+    parser = OutputParser(stop=["STOP", "XYZ"])
+    assert parser.stopped_by is None
+    parser.feed("abc XY")
+    parser.feed("Z def STOP")
+    assert parser.stopped and parser.stopped_by == "XYZ"

@@ -1,0 +1,61 @@
+"""OpenAI's Responses API: POST /v1/responses (JSON or SSE events), and the stored responses:
+GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items. Served by translation
+onto chat completions (ingress/serving/responses.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from fastapi import APIRouter, Body, Depends, Header, Query
+
+from deployments.ingress.responses import json_response
+from deployments.ingress.routers.chat import _inline_schema
+from deployments.ingress.serving.responses import MAX_LISTED_ITEMS, ServingResponses
+from deployments.ingress.state import IngressState, ingress_state
+from deployments.protocol.errors import invalid_request
+from deployments.protocol.responses import ResponsesRequest
+
+router = APIRouter(tags=["responses"])
+
+REQUEST_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_schema(ResponsesRequest)}},
+    }
+}
+
+
+@router.post("/v1/responses", openapi_extra=REQUEST_DOC)
+async def create_response(
+    body: dict[str, Any] = Body(..., description="An OpenAI Responses API request"),
+    x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
+    state: IngressState = Depends(ingress_state),
+):
+    return await ServingResponses(state).create(body, x_session_id)
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve_response(
+    response_id: str,
+    stream: bool = Query(False, description="Replaying a stored response's events is not served"),
+    state: IngressState = Depends(ingress_state),
+):
+    if stream:
+        raise invalid_request("stream: replaying a stored response's events is not served here", "stream")
+    return await ServingResponses(state).retrieve(response_id)
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, state: IngressState = Depends(ingress_state)):
+    return json_response(await ServingResponses(state).delete(response_id))
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(
+    response_id: str,
+    after: Optional[str] = Query(None, description="An item id: list the items after it"),
+    limit: int = Query(20, ge=1, le=MAX_LISTED_ITEMS),
+    order: Literal["asc", "desc"] = Query("desc"),
+    state: IngressState = Depends(ingress_state),
+):
+    return await ServingResponses(state).input_items(response_id, after, limit, order)

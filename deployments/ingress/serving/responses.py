@@ -1,0 +1,202 @@
+"""POST /v1/responses and the stored responses (GET, DELETE, input_items): OpenAI's Responses
+API served by translation onto the chat generation path (`open_chat`, ingress/serving/
+generation.py), so the CUDA route, the VLM for images, limits, batching and the prefix cache
+apply as to a chat completion. The shapes are deployments/protocol/responses.py's.
+
+A stored response (`store`, the default) is a record of the graph's record store (Control's,
+deployments/records.py): the response and the whole conversation that led to it, so a request
+with `previous_response_id` continues it from any ingress replica, after any ingress restart.
+Every turn of a stored conversation is routed with the key its first turn had (its client's
+key, else its head: docs/routing.md), so it reaches the LLM replica holding its prefix cache even
+when the instructions change. A request that fails before the answer begins stores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Optional
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from deployments.ingress.errors import from_exception, validate_body, validation_error
+from deployments.ingress.responses import sse_response
+from deployments.ingress.serving.generation import ChatGeneration, open_chat
+from deployments.ingress.state import IngressState
+from deployments.protocol.errors import APIError, invalid_request, renamed
+from deployments.protocol.generation import GenerationChunk, collect_choices
+from deployments.protocol.responses import (
+    CHAT_TO_RESPONSES_PARAMS,
+    ResponseDeleted,
+    ResponseEvents,
+    ResponsesRequest,
+    chat_body,
+    finish_status,
+    new_id,
+    normalise_items,
+    output_items,
+    response_object,
+)
+from deployments.protocol.sse import sse_event
+from deployments.records import DEFAULT_LIMITS, RESPONSES, RecordTooLarge
+
+logger = logging.getLogger("ray.serve")
+
+MAX_LISTED_ITEMS = 100
+
+
+def response_not_found(response_id: str, param: Optional[str] = None) -> APIError:
+    code = "previous_response_not_found" if param == "previous_response_id" else "response_not_found"
+    what = "Previous response" if param == "previous_response_id" else "Response"
+    return APIError(404, f"{what} with id '{response_id}' not found.", "invalid_request_error", param, code)
+
+
+class ServingResponses:
+    def __init__(self, state: IngressState):
+        self.state = state
+        self.records = state.record_store()
+
+    # ------------------------------------------------------------------ POST /v1/responses
+
+    async def create(self, body: dict[str, Any], session_header: Optional[str] = None) -> Any:
+        request = validate_body(ResponsesRequest, body)
+        history, chain = await self._continued(request)
+        conversation = history + normalise_items(request.input_items())
+        chat = chat_body(request, conversation)
+        if request.store:
+            self._check_storable(conversation)
+        # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
+        named = request.prompt_cache_key or request.user or session_header
+        generation = await self._open(chat, session_header, None if named else chain)
+        turn = Turn(self, request, new_id("resp"), conversation, chain or generation.affinity, generation.model)
+        if request.stream:
+            return sse_response(turn.events(generation), end=b"")
+        return JSONResponse(await turn.complete(generation))
+
+    async def _continued(self, request: ResponsesRequest) -> tuple[list[dict[str, Any]], Optional[str]]:
+        """The stored conversation a request continues (its items, then the response's output),
+        and its chain's routing key."""
+        if request.previous_response_id is None:
+            return [], None
+        record = await self.records.get(RESPONSES, request.previous_response_id)
+        if record is None:
+            raise response_not_found(request.previous_response_id, "previous_response_id")
+        stored = record.value
+        return stored["input"] + stored["response"]["output"], stored.get("chain")
+
+    @staticmethod
+    def _check_storable(conversation: list[dict[str, Any]]) -> None:
+        cap = DEFAULT_LIMITS[RESPONSES].record_cap()
+        size = len(json.dumps(conversation, ensure_ascii=False).encode())
+        if size > cap:
+            raise invalid_request(
+                f"input: the conversation is {size} bytes, more than a stored response keeps ({cap}); "
+                "start a new conversation, or send store: false",
+                "input",
+                "input_too_large",
+            )
+
+    async def _open(
+        self, chat: dict[str, Any], session_header: Optional[str], affinity: Optional[str]
+    ) -> ChatGeneration:
+        try:
+            return await open_chat(self.state, chat, session_header, affinity)
+        except APIError as e:
+            raise renamed(e, CHAT_TO_RESPONSES_PARAMS) from None
+        except RequestValidationError as e:
+            raise renamed(validation_error(e), CHAT_TO_RESPONSES_PARAMS) from None
+
+    async def store(self, response: dict[str, Any], conversation: list[dict[str, Any]], chain: Optional[str]) -> None:
+        """Keep a finished response. A store that cannot keep it costs the client nothing but
+        the later retrieval (logged)."""
+        try:
+            await self.records.put(
+                RESPONSES, response["id"], {"response": response, "input": conversation, "chain": chain}
+            )
+        except RecordTooLarge as e:
+            logger.warning("Response %s not stored: %s", response["id"], e)
+        except Exception as e:
+            logger.warning("Response %s not stored: %s", response["id"], from_exception(e).message)
+
+    # ------------------------------------------------------------------ stored responses
+
+    async def stored(self, response_id: str) -> dict[str, Any]:
+        record = await self.records.get(RESPONSES, response_id)
+        if record is None:
+            raise response_not_found(response_id)
+        return record.value
+
+    async def retrieve(self, response_id: str) -> dict[str, Any]:
+        return (await self.stored(response_id))["response"]
+
+    async def delete(self, response_id: str) -> ResponseDeleted:
+        if not await self.records.delete(RESPONSES, response_id):
+            raise response_not_found(response_id)
+        return ResponseDeleted(id=response_id)
+
+    async def input_items(self, response_id: str, after: Optional[str], limit: int, order: str) -> dict[str, Any]:
+        items = (await self.stored(response_id))["input"]
+        if order == "desc":
+            items = items[::-1]
+        if after is not None:
+            ids = [item.get("id") for item in items]
+            if after not in ids:
+                raise invalid_request(f"after: no input item '{after}' in response '{response_id}'", "after")
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+
+
+class Turn:
+    """One response being answered: its id, the conversation it answers, and how it ends
+    (a response object, stored when asked)."""
+
+    def __init__(self, serving, request, response_id, conversation, chain, model):
+        self.serving = serving
+        self.request: ResponsesRequest = request
+        self.id = response_id
+        self.conversation = conversation
+        self.chain = chain
+        self.model = model
+        self.created_at = int(time.time())
+
+    def response(self, **fields: Any) -> dict[str, Any]:
+        return response_object(self.id, self.created_at, self.model, self.request, **fields)
+
+    async def complete(self, generation: ChatGeneration) -> dict[str, Any]:
+        choices, usage = collect_choices([chunk async for chunk in generation.chunks])
+        total = choices.get(0, GenerationChunk())
+        status, incomplete = finish_status(total.finish_reason)
+        response = self.response(status=status, output=output_items(total), usage=usage, incomplete_details=incomplete)
+        if self.request.store:
+            await self.serving.store(response, self.conversation, self.chain)
+        return response
+
+    async def events(self, generation: ChatGeneration) -> AsyncIterator[bytes]:
+        stream = ResponseEvents(self.response())
+        for event in stream.start():
+            yield sse_event(event)
+        finish_reason, usage = None, None
+        try:
+            async for chunk in generation.chunks:
+                for event in stream.feed(chunk):
+                    yield sse_event(event)
+                finish_reason, usage = chunk.finish_reason or finish_reason, chunk.usage or usage
+        except Exception as e:  # the answer began: the failure is reported in the stream
+            for event in stream.fail(from_exception(e)):
+                yield sse_event(event)
+            return
+        last = stream.finish(finish_reason, usage)
+        if self.request.store:  # before the final event: a client may retrieve it right after
+            await self.serving.store(stream.response, self.conversation, self.chain)
+        for event in last:
+            yield sse_event(event)
