@@ -25,7 +25,7 @@ from pydantic import Field, StrictBool, model_validator
 
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.generation import GenerationChunk
-from deployments.protocol.openai import RequestModel, ToolCall, UsageInfo, refuse_unserved
+from deployments.protocol.openai import RefusingRequest, ToolCall, UsageInfo
 
 MIN_THINKING_BUDGET = 1024  # Anthropic's minimum budget_tokens
 
@@ -74,7 +74,7 @@ def tool_use_id(call_id: str) -> str:
 # Requests
 
 
-class CountTokensRequest(RequestModel):
+class CountTokensRequest(RefusingRequest):
     """POST /v1/messages/count_tokens: what a message request would send, without a limit."""
 
     model: str = Field(..., min_length=1, description="Model id")
@@ -86,13 +86,6 @@ class CountTokensRequest(RequestModel):
     output_config: Optional[dict[str, Any]] = None
 
     refused_fields: ClassVar[dict[str, str]] = REFUSED_MESSAGES_FIELDS
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_unserved(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            refuse_unserved(data, cls.refused_fields)
-        return data
 
 
 class MessagesRequest(CountTokensRequest):

@@ -51,6 +51,20 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class RefusingRequest(RequestModel):
+    """A request of an OpenAI-style protocol: a field it names in `refused_fields` (field -> why)
+    is a 400 naming it when set, never a silent drop; fields no one defines stay accepted."""
+
+    refused_fields: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unserved(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            refuse_unserved(data, cls.refused_fields)
+        return data
+
+
 class OmitNoneModel(BaseModel):
     """Response parts whose unset (None) fields are left out of the JSON."""
 
@@ -188,7 +202,7 @@ class NamedToolChoice(RequestModel):
 ToolChoice = Union[Literal["none", "auto", "required"], NamedToolChoice]
 
 
-class SamplingRequest(RequestModel):
+class SamplingRequest(RefusingRequest):
     """Fields shared by chat and text completions."""
 
     model: Optional[str] = Field(None, description="Model id; the slot's default when omitted")
@@ -220,15 +234,6 @@ class SamplingRequest(RequestModel):
 
     # Tokens generated when the request sets no limit; None: the slot's llm.default_max_tokens.
     default_max_tokens: ClassVar[Optional[int]] = None
-    # field -> why it is refused (refuse_unserved).
-    refused_fields: ClassVar[dict[str, str]] = {}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_unserved(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            refuse_unserved(data, cls.refused_fields)
-        return data
 
     @model_validator(mode="after")
     def _check_common(self):

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, StrictBool, field_validator, model_valida
 
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.generation import GenerationChunk
-from deployments.protocol.openai import RequestModel, ToolCall, UsageInfo, refuse_unserved
+from deployments.protocol.openai import RefusingRequest, RequestModel, ToolCall, UsageInfo
 
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 
@@ -107,7 +107,7 @@ class ReasoningConfig(RequestModel):
     generate_summary: Optional[str] = None
 
 
-class ResponsesRequest(RequestModel):
+class ResponsesRequest(RefusingRequest):
     model: Optional[str] = Field(None, description="Model id; the LLM slot's default when omitted")
     input: Union[str, list[dict[str, Any]], None] = None
     instructions: Optional[str] = None
@@ -129,13 +129,6 @@ class ResponsesRequest(RequestModel):
     prompt_cache_key: Optional[str] = Field(None, max_length=1024)
 
     refused_fields: ClassVar[dict[str, str]] = REFUSED_RESPONSES_FIELDS
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_unserved(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            refuse_unserved(data, cls.refused_fields)
-        return data
 
     @field_validator("metadata")
     @classmethod
