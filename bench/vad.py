@@ -1,4 +1,4 @@
-"""Which VAD should cut long files into Whisper windows (issue 19): the energy VAD or Silero.
+"""Which VAD should cut long files into Whisper windows: the energy VAD or Silero.
 
 The 5-minute recording of tests/e2e/test_asr_api.py (eight espeak-ng sentences in turn, pauses
 of 0.6-1.6 s), clean and with background noise (white noise at 10 dB SNR, and a steady hum plus

@@ -27,8 +27,8 @@ from deployments.env import ConfigError, overrides
 # loop (RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0, RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0)
 # cut the graph's CPU per streamed token by about a fifth on a cheap model (docs/performance.md,
 # "Serving overhead"), but the one full e2e run with them failed the realtime agent's check that
-# nothing runs on after a barge-in and a closed socket (passed alone, twice). Off until that is
-# understood; exporting them before `make serve` turns them on.
+# nothing runs on after a barge-in and a closed socket, while the same test passes alone: a race
+# the settings expose. Off until it is found; exporting them before `make serve` turns them on.
 RAY_ENV_DEFAULTS = {"RAY_worker_niceness": "0"}
 
 # Token authentication (a token in ~/.ray/auth_token, generated on first start) keeps other

@@ -3,7 +3,8 @@
 On the CPU backend only dense float32 matrix products go through BLAS (deployments/blas.py);
 bfloat16, float16 and quantized matrix products are MLX's own loops. Measured on the 2-core
 box: a ~100M Qwen3 in bfloat16 decodes 35 tok/s at 16 streams, the same weights in float32
-~150 tok/s; a 4-bit matmul is ~3.7x slower than dense float32 for generation (issue 21). What
+~150 tok/s; a 4-bit matmul is ~3.7x slower than dense float32 for generation
+(docs/performance.md). What
 mlx-community ships is bf16 and 4-bit, tuned for Metal.
 
 `llm.cpu_dtype` decides, per model at load:
