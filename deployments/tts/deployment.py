@@ -32,6 +32,7 @@ from deployments.tts.config import TTSSlotConfig
 from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
+from deployments.tts.slot import SLOT
 from deployments.tts.voice_store import VoiceMirror, pull
 from deployments.tts.voices import (
     RegistryError,
@@ -59,7 +60,7 @@ def registry_path(config: TTSSlotConfig, cache_dir: Path) -> Path:
 
 @serve.deployment(request_router_config=ONE_JOB_AT_A_TIME)
 class TTSSlot(SlotReplica):
-    slot_name = "tts"
+    slot = SLOT
     file_patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
     metrics_class = SpeechMetrics
 
