@@ -157,7 +157,7 @@ class InProcess:
         self.engine = await LLMEngine.start("bench", self.model_dir, LLMSlotConfig().engine_config())
 
     async def request(self, body: dict) -> Timing:
-        from deployments.llm.engine import SamplingParams
+        from deployments.generation.sampling import SamplingParams
         from deployments.llm.prompts import chat_prompt
         from deployments.protocol.openai import ChatCompletionRequest
 

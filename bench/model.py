@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deployments.hub import build_model_dir
 from deployments.llm import tiny_model
+from deployments.tiny_models import QWEN3_SPECIAL_TOKENS
 
 # ~124M parameters (GPT-2 small's scale; 40M of them the untied 32k embedding and output).
 BENCH_CONFIG = {
@@ -49,7 +50,7 @@ def ensure_bench_model(cache_dir: Path, config: dict = BENCH_CONFIG) -> Path:
     def write(work: Path) -> None:
         tiny_model._write_tokenizer(work, config)
         used = json.loads((work / "tokenizer.json").read_text())["model"]["vocab"]
-        never = set(range(len(tiny_model.SPECIAL_TOKENS))) | set(range(len(used), config["vocab_size"]))
+        never = set(range(len(QWEN3_SPECIAL_TOKENS))) | set(range(len(used), config["vocab_size"]))
         tiny_model._write_weights(work, config, zero_logit_tokens=tuple(sorted(never)))
         (work / "config.json").write_text(json.dumps(config, indent=2))
         (work / "generation_config.json").write_text(json.dumps({"eos_token_id": config["eos_token_id"]}))

@@ -73,8 +73,8 @@ def request_body(mode: str, wave: int, i: int, tokens: int) -> dict:
 async def prepare(engine, body: dict):
     """What the replica does for one chat request before it joins the batch
     (deployments/llm/deployment.py): the prompt, the sampling, the schema checked and compiled."""
+    from deployments.generation.sampling import SamplingParams
     from deployments.llm.constraints import checked_constraint
-    from deployments.llm.engine import SamplingParams
     from deployments.llm.prompts import chat_prompt
     from deployments.protocol.openai import ChatCompletionRequest
 

@@ -1,11 +1,12 @@
 """What every model slot's deployment shares, so each slot only says what is its own.
 
-A `SlotReplica` subclass names its registry entry (`slot_name`) and says how to start its engine
-(`start_engine`); this base validates the slot's config, holds the replica's engines
-(`ReplicaModels`: Serve model multiplexing plus the slot's current default), follows the
-control plane (`SlotAgent`), warns when a random-weight built-in serves, answers the health
-check, and gives GET /metrics one summary shape for every slot. Engines are injected the way
-Ray Serve LLM's `LLMServer(engine_cls=...)` takes them: the deployment never builds model code.
+A `SlotReplica` subclass carries its slot's entry (`slot`, from its package's slot.py: a replica
+never looks up the registry) and says how to start its engine (`start_engine`); this base
+validates the slot's config, holds the replica's engines (`ReplicaModels`: Serve model
+multiplexing plus the slot's current default), follows the control plane (`SlotAgent`), warns
+when a random-weight built-in serves, answers the health check, and gives GET /metrics one
+summary shape for every slot. Engines are injected the way Ray Serve LLM's
+`LLMServer(engine_cls=...)` takes them: the deployment never builds model code.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from deployments.control.agent import SlotAgent
 from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.metrics import ModelMetrics
-from deployments.slots import SLOTS
+from deployments.slot_types import Slot
 
 logger = logging.getLogger("ray.serve")
 
 
 class SlotReplica:
-    slot_name: ClassVar[str]  # the registry entry (deployments/slots.py)
+    slot: ClassVar[Slot]  # the slot's entry: `SLOT` of its package's slot.py
     file_patterns: ClassVar[list[str]]  # what to fetch of a Hugging Face repo for this slot
     metrics_class: ClassVar[type[ModelMetrics]]
 
@@ -35,7 +36,6 @@ class SlotReplica:
         # otherwise multiply with the slow reference BLAS it bundles (deployments/blas.py).
         # Only model replicas load a BLAS; the ingress, Control and the proxy never do.
         blas.select()
-        self.slot = SLOTS[self.slot_name]
         self.config = self.slot.config.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.metrics = self.metrics_class()

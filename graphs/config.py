@@ -15,11 +15,11 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from deployments import env
-from deployments.control.policy import SlotModelsConfig
 from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
 from deployments.env import ConfigError
 from deployments.hub import default_cache_dir
 from deployments.ingress.config import IngressSettings, hash_key
+from deployments.slot_types import SlotModelsConfig
 from deployments.slots import SLOTS
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}

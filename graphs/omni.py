@@ -19,7 +19,8 @@ from deployments.cuda_proxy.deployment import CudaProxy
 from deployments.hub import ModelUnavailable, check_model_available
 from deployments.ingress.deployment import Ingress
 from deployments.ray_internals import serve_http_host
-from deployments.slots import SLOTS, Slot
+from deployments.slot_types import Slot
+from deployments.slots import SLOTS
 from graphs.config import GraphArgs
 from graphs.manifest import check_manifest
 
@@ -52,7 +53,10 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
     )
     # A fresh build id per build: a redeploy starts from the config, a Control restart does not.
     control = Control.options(**options.get("Control", {})).bind(
-        config.defaults(), uuid.uuid4().hex, cache_dir=config.cache_dir
+        config.defaults(),
+        {name: SLOTS[name].deployment_name for name in config.slots()},
+        uuid.uuid4().hex,
+        cache_dir=config.cache_dir,
     )
     slots = {
         name: bind_slot(SLOTS[name], slot_config, config.cache_dir, control, options)
@@ -90,7 +94,7 @@ def slot_options(slot: Slot, slot_config) -> dict[str, Any]:
 
 def check_app_manifest(config: GraphArgs) -> None:
     """Stop start-up (ManifestError listing every problem) when the app manifest is not met."""
-    manifest = check_manifest(config.manifest, __version__, categories(registry(config.slots())))
+    manifest = check_manifest(config.manifest, __version__, categories(registry(SLOTS[n] for n in config.slots())))
     if manifest is not None:
         logger.info(
             "App manifest %s: '%s' %s, all %d requirements met",

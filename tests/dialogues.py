@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deployments.diarization.der import DERComponents, der_components
+from tests.der import DERComponents, der_components
 
 RATE = 16000
 VOICES = ("af_heart", "am_michael", "bf_emma", "bm_george")

@@ -11,8 +11,8 @@ from pydantic import Field, field_validator
 
 from deployments.asr.tiny_model import TINY_WHISPER_ID
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
-from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.diarization.config import DEFAULT_THRESHOLD, DiarizationConfig
+from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from deployments.asr.formats import diarized_json, segment_id
 from deployments.asr.limits import check_duration, check_upload_size, read_server_file
 from deployments.asr.metrics import TranscriptionMetrics
 from deployments.asr.session_host import SessionHost
+from deployments.asr.slot import SLOT
 from deployments.asr.streaming import StreamConfig
 from deployments.asr.transcript import Segment, Transcript
 from deployments.audio.decode import AudioDecodeError, decode_audio
@@ -59,7 +60,7 @@ class _Job:
 
 @serve.deployment
 class ASRSlot(SlotReplica):
-    slot_name = "asr"
+    slot = SLOT
     file_patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py"]
     metrics_class = TranscriptionMetrics
 

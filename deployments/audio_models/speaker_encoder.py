@@ -115,7 +115,3 @@ def default_encoder() -> SpeakerEncoder:
 def embed_utterance(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     """The voice in `samples` as a 256-d unit vector, with the pretrained encoder."""
     return default_encoder().embed_utterance(samples, sample_rate)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))

@@ -1,8 +1,8 @@
 """The capability registry: which engine serves each slot category, its version, what it can do.
 
 OminiX-API builds this from its engine crates' manifests; here an engine is the Python package a
-slot drives (its `engine` entry in the slot registry, deployments/slots.py), and its version is
-the installed distribution's. /v1/version shows the registry and the app manifest
+slot drives (the `engine` of its `Slot`, which the caller passes in from the slot registry), and
+its version is the installed distribution's. /v1/version shows the registry and the app manifest
 (graphs/manifest.py) is checked against it at start-up. Only the categories of
 slots that are enabled in this graph are available: an app that needs TTS cannot start on a
 graph whose TTS slot is off.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Optional
 
-from deployments.slots import SLOTS
+from deployments.slot_types import Slot
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,18 @@ def _installed_version(package: str) -> Optional[str]:
         return None
 
 
-def registry(enabled_slots: Iterable[str]) -> dict[str, dict]:
+def registry(enabled_slots: Iterable[Slot]) -> dict[str, dict]:
     """engine name -> {name, version, category, description, capabilities}, for the enabled slots
     whose engine package is installed."""
     out = {}
-    for name in enabled_slots:
-        engine = SLOTS[name].engine
+    for slot in enabled_slots:
+        engine = slot.engine
         installed = _installed_version(engine.package)
         if installed is not None:
             out[engine.name] = {
                 "name": engine.name,
                 "version": installed,
-                "category": name,
+                "category": slot.name,
                 "description": engine.description,
                 "capabilities": list(engine.capabilities),
             }

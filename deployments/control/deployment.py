@@ -31,7 +31,6 @@ from deployments.hub import default_cache_dir
 from deployments.ray_internals import session_dir
 from deployments.records import RecordService, RecordStore
 from deployments.resources import reserve
-from deployments.slots import SLOTS
 from deployments.voices.service import VoiceService
 
 logger = logging.getLogger("ray.serve")
@@ -82,8 +81,16 @@ def _session_state_file(build_id: str) -> Optional[Path]:
 
 @serve.deployment(name="Control", num_replicas=1, max_ongoing_requests=1000, ray_actor_options=reserve(0, 256))
 class Control:
-    def __init__(self, defaults: dict[str, str], build_id: str = "default", cache_dir: Optional[str] = None):
+    def __init__(
+        self,
+        defaults: dict[str, str],
+        deployment_names: dict[str, str],
+        build_id: str = "default",
+        cache_dir: Optional[str] = None,
+    ):
+        # Per slot: its configured default model and its Serve deployment (from the graph builder).
         self.state = ControlState(defaults, _session_state_file(build_id))
+        self.deployment_names = deployment_names
         self._changed = {slot: asyncio.Event() for slot in defaults}
         self.voice_service = VoiceService(voice_store_dir(cache_dir, _app_name()))
         self.records = RecordService(RecordStore(records_file(cache_dir, _app_name())))
@@ -165,7 +172,7 @@ class Control:
     def _running_replicas(self, slot: str) -> int:
         try:
             app = serve.get_replica_context().app_name
-            deployment = serve.status().applications[app].deployments[SLOTS[slot].deployment_name]
+            deployment = serve.status().applications[app].deployments[self.deployment_names[slot]]
             return deployment.replica_states.get("RUNNING", 0)
         except Exception:
             return 1

@@ -16,17 +16,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
-
-
-def unit_rows(embeddings: np.ndarray) -> np.ndarray:
-    x = np.asarray(embeddings, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.where(norms == 0, 1.0, norms)
+from deployments.similarity import cosine, unit_rows
 
 
 def cosine_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """[len(a), len(b)]: 1 - cosine similarity (0 the same direction, 2 opposite)."""
-    return 1.0 - unit_rows(a) @ unit_rows(b).T
+    return 1.0 - cosine(a, b)
 
 
 def agglomerate(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from deployments.control.policy import SlotModelsConfig
 from deployments.embeddings.minilm import MINILM_ID
+from deployments.slot_types import SlotModelsConfig
 
 
 class EmbeddingsSlotConfig(SlotModelsConfig):

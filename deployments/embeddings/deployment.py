@@ -20,6 +20,7 @@ from ray import serve
 
 from deployments.embeddings.engine import EmbeddingsEngine, EngineConfig
 from deployments.embeddings.metrics import EmbeddingsMetrics
+from deployments.embeddings.slot import SLOT
 from deployments.embeddings.vectors import truncate
 from deployments.protocol.embeddings import EmbeddingRequest, EmbeddingResponse, embedding_response
 from deployments.slot_replica import SlotReplica
@@ -37,7 +38,7 @@ class _Job:
 
 @serve.deployment
 class EmbeddingsSlot(SlotReplica):
-    slot_name = "embeddings"
+    slot = SLOT
     file_patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*"]
     metrics_class = EmbeddingsMetrics
 

@@ -35,7 +35,3 @@ def truncate(vectors: np.ndarray, dimensions: Optional[int]) -> np.ndarray:
     head = vectors[..., :dimensions]
     norms = np.linalg.norm(head, axis=-1, keepdims=True)
     return head / np.maximum(norms, 1e-12)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.image.tiny_model import TINY_IMAGE_ID
+from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 
 # OminiX-API's names for its two image models, as mflux knows them on the Hugging Face hub.
 DEFAULT_ALIASES = {

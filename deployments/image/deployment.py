@@ -22,6 +22,7 @@ from deployments.control.policy import check_model_allowed
 from deployments.image.codec import BadImage, open_image
 from deployments.image.engine import ImageEngine, ImageJob
 from deployments.image.metrics import ImageMetrics
+from deployments.image.slot import SLOT
 from deployments.protocol.errors import invalid_request, unavailable
 from deployments.protocol.images import MAX_SEED, GeneratedImages, ImageParams
 from deployments.routing.router import ONE_JOB_AT_A_TIME
@@ -32,7 +33,7 @@ logger = logging.getLogger("ray.serve")
 
 @serve.deployment(request_router_config=ONE_JOB_AT_A_TIME)
 class ImageSlot(SlotReplica):
-    slot_name = "image"
+    slot = SLOT
     # What mflux reads from a Hugging Face repo (FLUX.2-klein, Z-Image: diffusers layout); the
     # single-file checkpoint some repos also carry at their root is not needed.
     file_patterns = [

@@ -7,8 +7,9 @@ slot loads it exactly as it loads a saved real model. What cannot shrink:
 - the text encoder keeps 28 layers: FLUX.2's prompt encoder reads hidden states 9, 18 and 27;
 - the VAE has no size settings: it stays ~84M parameters (~340 MB on disk, ~2 s to build).
 Widths are multiples of 64 so that mflux's 8-bit quantization (group size 64) works on it too.
-The tokenizer is the tiny LLM's byte-level BPE with Qwen3's chat template (FLUX.2 formats
-prompts through the chat template). Its images are coloured noise.
+The tokenizer is the byte-level BPE with Qwen3's chat template that the tiny LLM has too
+(deployments/tiny_models; FLUX.2 formats prompts through the chat template). Its images are
+coloured noise.
 
 Generation is deterministic (fixed seed) and atomic (deployments.hub.build_model_dir).
 """
@@ -18,10 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from deployments.hub import build_model_dir
+from deployments.tiny_models import write_qwen3_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ TINY_IMAGE_ID = "ominix-tiny-flux2-klein"
 _FORMAT_VERSION = 1
 
 _TEXT_HIDDEN = 64
+_TOKENIZER_MAX_LENGTH = 4096  # as the tiny LLM's: the same tokenizer files
 TRANSFORMER_OVERRIDES = {
     "num_layers": 1,
     "num_single_layers": 1,
@@ -40,7 +42,7 @@ TRANSFORMER_OVERRIDES = {
     "mlp_ratio": 2.0,
 }
 TEXT_ENCODER_OVERRIDES = {
-    "vocab_size": 1024,  # the tiny LLM tokenizer's vocabulary
+    "vocab_size": 1024,  # the tokenizer's vocabulary
     "hidden_size": _TEXT_HIDDEN,
     "num_hidden_layers": 28,
     "num_attention_heads": 2,
@@ -56,15 +58,11 @@ def tiny_image_dir(cache_dir: str | os.PathLike) -> Path:
 
 def ensure_tiny_image(cache_dir: str | os.PathLike) -> Path:
     """Return the tiny model's directory, generating it first if it is not there yet."""
-    from deployments.llm.tiny_model import ensure_tiny_llm
-
-    tokenizer_source = ensure_tiny_llm(cache_dir)
 
     def write(work: Path) -> None:
         tokenizer = work / "tokenizer"
         tokenizer.mkdir()
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(tokenizer_source / name, tokenizer / name)
+        write_qwen3_tokenizer(tokenizer, TEXT_ENCODER_OVERRIDES["vocab_size"], _TOKENIZER_MAX_LENGTH)
         _write_weights(work)
         # config.json marks the directory finished (build_model_dir) and tells the engine
         # which pipeline and sizes to build; real models are recognised by name instead.

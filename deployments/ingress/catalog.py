@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deployments.control.policy import SLOT_DEFAULT, check_model_allowed
+from deployments.control.policy import check_model_allowed
 from deployments.protocol.errors import APIError, model_not_found
 from deployments.protocol.openai import ModelCard
+from deployments.slot_types import SLOT_DEFAULT
 from deployments.slots import SLOTS
 
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from deployments.ingress.errors import from_exception
 from deployments.protocol.generation import GenerationChunk
-from deployments.slots import Slot
+from deployments.slot_types import Slot
 
 MAX_CACHED_HANDLES = 64  # model ids come from the allow-list (and a models dir): few in practice
 

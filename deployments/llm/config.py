@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
 from deployments.llm.smollm2 import SMOLLM2_ID
 from deployments.llm.tiny_model import TINY_LLM_ID
+from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 
 # OminiX-API's LLM families (its README's `"model": "qwen3"`): names for whatever the slot serves.
 OMINIX_FAMILIES = ("qwen3", "mistral", "glm")

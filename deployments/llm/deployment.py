@@ -17,10 +17,12 @@ from pathlib import Path
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
+from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import checked_constraint
-from deployments.llm.engine import LLMEngine, SamplingParams
+from deployments.llm.engine import LLMEngine
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
+from deployments.llm.slot import SLOT
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 from deployments.slot_replica import SlotReplica
@@ -30,7 +32,7 @@ LLM_ROUTER = RequestRouterConfig(request_router_class="deployments.routing.route
 
 @serve.deployment(request_router_config=LLM_ROUTER)
 class LLMSlot(SlotReplica):
-    slot_name = "llm"
+    slot = SLOT
     # What mlx-lm needs from a Hugging Face repo (the same patterns mlx_lm.load downloads).
     file_patterns = [
         "*.json",

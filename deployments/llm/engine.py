@@ -35,16 +35,17 @@ from typing import Any, Optional
 import numpy as np
 
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
+from deployments.generation.output import OutputParser, ParsedText
+from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.logprobs import TokenBytes, entry
-from deployments.llm.output import OutputParser, ParsedText
 from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.generation import GenerationChunk, merge_by_choice
 from deployments.protocol.logprobs import TokenLogprob
-from deployments.protocol.openai import PromptTokensDetails, SamplingRequest, UsageInfo
+from deployments.protocol.openai import PromptTokensDetails, UsageInfo
 
 logger = logging.getLogger(__name__)
 
@@ -61,43 +62,6 @@ class EngineConfig:
     cpu_dtype: str = "auto"  # auto | float32 | keep: deployments/llm/dtype_policy.py
     cpu_upcast_max_bytes: int = 4 << 30
     max_n: int = 8  # choices one request may ask for
-
-
-@dataclass
-class SamplingParams:
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    logit_bias: Optional[dict[int, float]] = None
-    seed: Optional[int] = None
-    stop: list[str] = field(default_factory=list)
-    ignore_eos: bool = False
-
-    @classmethod
-    def from_request(cls, request: SamplingRequest, max_tokens: int, defaults: dict[str, Any]) -> SamplingParams:
-        def pick(name: str, fallback: Any) -> Any:
-            value = getattr(request, name)
-            return value if value is not None else defaults.get(name, fallback)
-
-        return cls(
-            max_tokens=max_tokens,
-            temperature=pick("temperature", 1.0),
-            top_p=pick("top_p", 1.0),
-            top_k=pick("top_k", 0),
-            min_p=pick("min_p", 0.0),
-            repetition_penalty=pick("repetition_penalty", None),
-            presence_penalty=request.presence_penalty,
-            frequency_penalty=request.frequency_penalty,
-            logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()} or None,
-            seed=request.seed,
-            stop=request.stop_list(),
-            ignore_eos=request.ignore_eos,
-        )
 
 
 @dataclass

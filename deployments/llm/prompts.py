@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.llm.output import NORMAL, REASONING
+from deployments.generation.output import NORMAL, REASONING
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
 

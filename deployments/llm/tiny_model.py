@@ -18,24 +18,13 @@ import os
 from pathlib import Path
 
 from deployments.hub import build_model_dir
+from deployments.tiny_models import QWEN3_EOS, write_qwen3_tokenizer
 
 logger = logging.getLogger(__name__)
 
 TINY_LLM_ID = "ominix-tiny-qwen3"
 # Bump when the generated files change, so old caches are not reused.
 _FORMAT_VERSION = 1
-
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-]
 
 MODEL_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -53,19 +42,8 @@ MODEL_CONFIG = {
     "tie_word_embeddings": True,
     "torch_dtype": "float32",
     "bos_token_id": None,
-    "eos_token_id": 2,  # <|im_end|>, see SPECIAL_TOKENS
+    "eos_token_id": 2,  # <|im_end|>: deployments/tiny_models.QWEN3_SPECIAL_TOKENS
 }
-
-_CORPUS_WORDS = (
-    "the a an of to in on for with from by about as at into over after before under "
-    "model server request response token stream audio speech voice image text chat "
-    "replica slot graph batch queue engine thread memory cache load unload ready health "
-    "quick brown fox jumps lazy dog river mountain city light music story night morning "
-    "is are was were be have has do does can will would should could may might must "
-    "red green blue small large fast slow new old good great happy simple clear open "
-    "one two three four five six seven eight nine ten hundred thousand first last next "
-    "hello world weather today tomorrow function call tool result answer question please"
-).split()
 
 
 def tiny_llm_dir(cache_dir: str | os.PathLike) -> Path:
@@ -87,57 +65,12 @@ def ensure_tiny_llm(cache_dir: str | os.PathLike) -> Path:
     return build_model_dir(tiny_llm_dir(cache_dir), write, f"the built-in tiny LLM {TINY_LLM_ID}")
 
 
-def _training_corpus() -> list[str]:
-    """A fixed corpus: enough varied English for a small BPE vocabulary."""
-    import random
-
-    rng = random.Random(1234)
-    lines = []
-    for _ in range(4000):
-        n = rng.randint(4, 14)
-        words = [rng.choice(_CORPUS_WORDS) for _ in range(n)]
-        lines.append(" ".join(words).capitalize() + rng.choice([".", "?", "!", ","]))
-    return lines
-
-
-def train_bpe_tokenizer(special_tokens: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer (Qwen's kind) trained on the fixed corpus; the special tokens
-    get the first ids, in order. Other tiny built-ins (the VLM) share it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=special_tokens,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_training_corpus(), trainer=trainer)
-    return tokenizer
-
-
 def _write_tokenizer(out: Path, config: dict = MODEL_CONFIG) -> None:
-    tokenizer = train_bpe_tokenizer(SPECIAL_TOKENS, min(config["vocab_size"], MODEL_CONFIG["vocab_size"]))
+    vocab_size = min(config["vocab_size"], MODEL_CONFIG["vocab_size"])
+    tokenizer = write_qwen3_tokenizer(out, vocab_size, config["max_position_embeddings"])
     assert tokenizer.get_vocab_size() <= config["vocab_size"]
-    assert tokenizer.token_to_id("<|im_end|>") == config["eos_token_id"]
-    tokenizer.save(str(out / "tokenizer.json"))
-
-    template = (Path(__file__).parent / "templates" / "qwen3_chat_template.jinja").read_text()
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": config["max_position_embeddings"],
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "add_bos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": template,
-    }
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
+    assert tokenizer.token_to_id(QWEN3_EOS) == config["eos_token_id"]
+    (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": QWEN3_EOS, "pad_token": "<|endoftext|>"}))
 
 
 def _write_weights(out: Path, config: dict = MODEL_CONFIG, zero_logit_tokens: tuple[int, ...] = ()) -> None:

@@ -7,7 +7,7 @@ from typing import ClassVar, Optional
 
 from pydantic import Field, field_validator
 
-from deployments.control.policy import SLOT_DEFAULT, SlotModelsConfig
+from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 from deployments.tts.tiny_model import TINY_TTS_ID
 
 # OminiX-API's TTS families -> a pattern their model ids match; /v1/audio/tts/qwen3, /tts/clone

@@ -25,12 +25,13 @@ from deployments.slot_replica import SlotReplica
 from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
 from deployments.tts.metrics import SpeechMetrics
 from deployments.tts.sentences import split_sentences
+from deployments.tts.slot import SLOT
 from deployments.voices.library import VoiceLibrary, check_startup_voice, reference_samples, registry_path
 
 
 @serve.deployment(request_router_config=ONE_JOB_AT_A_TIME)
 class TTSSlot(SlotReplica):
-    slot_name = "tts"
+    slot = SLOT
     file_patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.yaml", "voices/*", "embeddings/*", "*.npz"]
     metrics_class = SpeechMetrics
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from deployments.audio.mel import mel_filterbank
 from deployments.audio_models import speaker_encoder as ge2e
+from deployments.similarity import cosine
 
 RATE = 24000  # Kokoro's output rate
 N_FFT = ge2e.N_FFT * RATE // ge2e.RATE  # 600: 25 ms at 24 kHz
@@ -239,7 +240,7 @@ class KokoroVoiceFit:
                 style = self.rows[i][None]
                 self.utterance.align(style)
                 cache[name] = np.array(self._embed(style))
-            self.stock_similarity[name] = cosine_similarity(cache[name], np.array(self.target))
+            self.stock_similarity[name] = cosine(cache[name], np.array(self.target))
             yield i
 
     def start(self) -> str:
@@ -303,7 +304,3 @@ def write_stock_cache(path: Path, key: str, embeddings: dict[str, np.ndarray]) -
 
 def load_packs(voices_dir: Path) -> dict[str, np.ndarray]:
     return {p.stem: np.array(mx.load(str(p))["voice"]) for p in sorted(Path(voices_dir).glob("*.safetensors"))}
-
-
-def cosine_similarity(a, b) -> float:
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))

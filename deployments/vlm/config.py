@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from deployments.control.policy import SlotModelsConfig
+from deployments.slot_types import SlotModelsConfig
 from deployments.vlm.images import ImageLimits, MiB
 from deployments.vlm.tiny_model import TINY_VLM_ID
 

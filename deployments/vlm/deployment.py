@@ -15,13 +15,14 @@ from typing import Any
 
 from ray import serve
 
-from deployments.llm.engine import SamplingParams
+from deployments.generation.sampling import SamplingParams
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, ChatMessage, ImagePart
 from deployments.slot_replica import SlotReplica
 from deployments.vlm.engine import VLMEngine
 from deployments.vlm.metrics import VLMMetrics
+from deployments.vlm.slot import SLOT
 
 
 def template_message(message: ChatMessage) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def sampling(request: ChatCompletionRequest, max_tokens: int) -> SamplingParams:
 
 @serve.deployment
 class VLMSlot(SlotReplica):
-    slot_name = "vlm"
+    slot = SLOT
     # What mlx-vlm needs from a Hugging Face repo: weights, configs, tokenizer, processor, template.
     file_patterns = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
     metrics_class = VLMMetrics

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from deployments.engine_thread import EngineThread, Message
-from deployments.llm.engine import SamplingParams
-from deployments.llm.output import OutputParser
+from deployments.generation.output import OutputParser
+from deployments.generation.sampling import SamplingParams
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import UsageInfo
 

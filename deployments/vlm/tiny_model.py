@@ -7,7 +7,8 @@ template, preprocessor_config.json for its image processor), so it loads through
 `mlx_vlm.load` and runs the vision tower, the merger and M-RoPE like a real model. Images are
 resized to at most 112x112 pixels (16 image tokens) to keep it fast. Its output is meaningless.
 
-Deterministic (fixed seeds, the tiny LLM's tokenizer corpus) and atomic like the other built-ins.
+Deterministic (fixed seeds, the tiny models' tokenizer corpus in deployments/tiny_models) and
+atomic like the other built-ins.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 from pathlib import Path
 
 from deployments.hub import build_model_dir
+from deployments.tiny_models import train_bpe_tokenizer
 
 TINY_VLM_ID = "ominix-tiny-qwen2-vl"
 # Bump when the generated files change, so old caches are not reused.
@@ -105,8 +107,6 @@ def model_config(token_ids: dict[str, int], vocab_size: int) -> dict:
 
 def _write_tokenizer(out: Path) -> dict:
     """tokenizer.json and its config; returns the model config that matches its ids."""
-    from deployments.llm.tiny_model import train_bpe_tokenizer
-
     tokenizer = train_bpe_tokenizer(SPECIAL_TOKENS, VOCAB_SIZE)
     tokenizer.save(str(out / "tokenizer.json"))
     tokenizer_config = {

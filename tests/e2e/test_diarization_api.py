@@ -12,7 +12,7 @@ import base64
 import numpy as np
 import pytest
 
-from deployments.diarization.der import diarization_error_rate
+from tests.der import diarization_error_rate
 from tests.dialogues import RATE, dialogue, reference, utterance
 from tests.speech import encode
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from deployments.embeddings.minilm import MINILM_ID
-from deployments.embeddings.vectors import cosine
+from deployments.similarity import cosine
 
 QUERY = "How do I bake bread at home?"
 PARAPHRASE = "What is a simple recipe for making homemade bread?"

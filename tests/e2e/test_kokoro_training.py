@@ -16,7 +16,8 @@ import soundfile as sf
 import websockets
 
 from deployments.asr.whisper_tiny_en import WHISPER_TINY_EN_ID
-from deployments.audio_models.speaker_encoder import cosine, embed_utterance
+from deployments.audio_models.speaker_encoder import embed_utterance
+from deployments.similarity import cosine
 from tests.speech import encode, speak, word_error_rate
 
 pytestmark = pytest.mark.slow

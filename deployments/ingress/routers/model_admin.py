@@ -14,6 +14,7 @@ from pydantic import AliasChoices, BaseModel, Field
 from deployments.ingress.serving.models import ServingModels
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.models import LoadResponse, ModelsStatus, UnloadResponse
+from deployments.slots import SLOTS
 
 router = APIRouter(tags=["model management"])
 
@@ -54,7 +55,7 @@ async def unload_model(request: UnloadRequest, state: IngressState = Depends(ing
 async def models_report(state: IngressState = Depends(ingress_state)):
     from deployments.control.report import disk_report
 
-    return await asyncio.to_thread(disk_report, ServingModels(state).models_dirs())
+    return await asyncio.to_thread(disk_report, ServingModels(state).models_dirs(), SLOTS.values())
 
 
 @router.get("/v1/version")

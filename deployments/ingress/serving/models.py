@@ -23,6 +23,7 @@ from deployments.protocol.models import (
     UnloadResponse,
 )
 from deployments.protocol.openai import ModelCard
+from deployments.slots import SLOTS
 
 LOAD_TIMEOUT_S = 300.0
 UNLOAD_TIMEOUT_S = 30.0
@@ -121,7 +122,7 @@ class ServingModels:
         return {
             "ominix_serve": __version__,
             "service": SERVICE_NAME,
-            "capabilities": registry(self.state.catalog.slots),
+            "capabilities": registry(SLOTS[slot] for slot in self.state.catalog.slots),
             "models_loaded": loaded,
         }
 

@@ -16,12 +16,12 @@ from deployments.audio_models import package_file, torch_legacy
 from deployments.audio_models.speaker_encoder import (
     PACKAGE,
     WEIGHTS_FILE,
-    cosine,
     default_encoder,
     embed_utterance,
     normalize_volume,
     partial_starts,
 )
+from deployments.similarity import cosine
 from tests.speech import silence, speak
 
 RATE = 16000

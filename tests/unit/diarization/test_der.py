@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.diarization.der import der_components, diarization_error_rate, optimal_mapping
+from tests.der import der_components, diarization_error_rate, optimal_mapping
 
 REF = [(0.0, 4.0, "alice"), (5.0, 9.0, "bob")]  # 8 s of speech
 

@@ -8,8 +8,8 @@ import pytest
 
 from deployments.embeddings.engine import EmbeddingsEngine, EngineConfig
 from deployments.embeddings.minilm import MINILM_ID, ensure_minilm
-from deployments.embeddings.vectors import cosine
 from deployments.protocol.errors import APIError
+from deployments.similarity import cosine
 
 SENTENCES = [
     "A man is eating food.",

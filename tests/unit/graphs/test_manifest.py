@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from deployments.control.capabilities import Category, categories, registry
+from deployments.slots import SLOTS
 from graphs.config import GraphArgs
 from graphs.manifest import ManifestError, check_manifest, load_manifest, unmet_requirements
 from graphs.omni import check_app_manifest
@@ -112,10 +113,10 @@ def test_missing_manifest_file(tmp_path):
 
 
 def test_registry_covers_only_enabled_slots_with_installed_engines():
-    entries = registry(["llm", "tts"])
+    entries = registry([SLOTS["llm"], SLOTS["tts"]])
     assert {e["category"] for e in entries.values()} == {"llm", "tts"}
     assert entries["mlx-lm"]["version"] and "streaming" in entries["mlx-lm"]["capabilities"]
-    merged = categories(registry(["llm", "asr", "tts"]))
+    merged = categories(registry([SLOTS["llm"], SLOTS["asr"], SLOTS["tts"]]))
     assert set(merged) == {"llm", "asr", "tts"}
     assert "voice_cloning" in merged["tts"].capabilities
 

@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 
-from deployments.llm.engine import EngineConfig, LLMEngine, SamplingParams
+from deployments.generation.sampling import SamplingParams
+from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.prompts import chat_prompt, completion_prompt
 from deployments.protocol.errors import APIError
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest

@@ -10,8 +10,9 @@ import math
 import jsonschema
 import pytest
 
+from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import Constraint, checked_constraint
-from deployments.llm.engine import EngineConfig, LLMEngine, SamplingParams
+from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.prompts import chat_prompt, completion_prompt
 from deployments.protocol.errors import APIError
 from deployments.protocol.generation import collect_choices

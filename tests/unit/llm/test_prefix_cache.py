@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from deployments.llm.engine import EngineConfig, LLMEngine, SamplingParams
+from deployments.generation.sampling import SamplingParams
+from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.prefix_cache import HISTORY, SYSTEM, plan_segments
 from deployments.llm.prompts import chat_prompt
 from deployments.protocol.openai import ChatCompletionRequest

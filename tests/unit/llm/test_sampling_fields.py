@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from deployments.llm.engine import EngineConfig, LLMEngine, SamplingParams
+from deployments.generation.sampling import SamplingParams
+from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.prompts import chat_prompt, completion_prompt
 from deployments.protocol.generation import collect_choices
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest

@@ -3,7 +3,7 @@ streaming detokenizer and the OutputParser; mlx-lm's parser (json_tools for Qwen
 
 import json
 
-from deployments.llm.output import OutputParser
+from deployments.generation.output import OutputParser
 from deployments.llm.tool_calls import parse_tool_calls
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]

@@ -34,7 +34,8 @@ def kokoro_dir(cache_dir):
 def test_the_mlx_front_end_embeds_as_the_numpy_one(reference):
     import mlx.core as mx
 
-    from deployments.audio_models.speaker_encoder import cosine, default_encoder
+    from deployments.audio_models.speaker_encoder import default_encoder
+    from deployments.similarity import cosine
     from deployments.tts.kokoro_fit import _front, embed_mx
 
     encoder = default_encoder()

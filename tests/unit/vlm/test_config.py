@@ -4,6 +4,7 @@ ingress gets through the catalog, the manifest's `vlm` category."""
 from __future__ import annotations
 
 from deployments.control.capabilities import categories, registry
+from deployments.slots import SLOTS
 from deployments.vlm.images import ImageLimits
 from graphs.config import GraphArgs
 
@@ -24,7 +25,7 @@ def test_the_catalog_carries_the_image_limits_with_remote_fetch_off_by_default(t
 
 
 def test_a_manifest_can_require_the_vlm_and_embeddings_categories():
-    available = categories(registry(GraphArgs.from_args({}, environ={}).slots()))
+    available = categories(registry(SLOTS[n] for n in GraphArgs.from_args({}, environ={}).slots()))
     assert "vision" in available["vlm"].capabilities and "embeddings" in available["embeddings"].capabilities
     off = GraphArgs.from_args({"vlm": {"enabled": False}}, environ={}).slots()
-    assert "vlm" not in categories(registry(off))
+    assert "vlm" not in categories(registry(SLOTS[n] for n in off))

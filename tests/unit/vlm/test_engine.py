@@ -8,7 +8,7 @@ import io
 import pytest
 from PIL import Image
 
-from deployments.llm.engine import SamplingParams
+from deployments.generation.sampling import SamplingParams
 from deployments.vlm.engine import VLMEngine
 from deployments.vlm.tiny_model import TINY_VLM_ID, ensure_tiny_vlm
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from deployments.llm.output import NORMAL, REASONING, OutputParser
+from deployments.generation.output import NORMAL, REASONING, OutputParser
 
 THINK = ("<think>", "</think>")
 TOOL = ("<tool_call>", "</tool_call>")
