@@ -5,8 +5,6 @@ The work is ServingModels' (ingress/serving/models.py); these routes parse and a
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, Field
@@ -14,7 +12,6 @@ from pydantic import AliasChoices, BaseModel, Field
 from deployments.ingress.serving.models import ServingModels
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.models import LoadResponse, ModelsStatus, UnloadResponse
-from deployments.slots import SLOTS
 
 router = APIRouter(tags=["model management"])
 
@@ -53,9 +50,7 @@ async def unload_model(request: UnloadRequest, state: IngressState = Depends(ing
 
 @router.get("/v1/models/report")
 async def models_report(state: IngressState = Depends(ingress_state)):
-    from deployments.control.report import disk_report
-
-    return await asyncio.to_thread(disk_report, ServingModels(state).models_dirs(), SLOTS.values())
+    return await ServingModels(state).report()
 
 
 @router.get("/v1/version")

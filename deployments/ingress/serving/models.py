@@ -165,3 +165,10 @@ class ServingModels:
 
     def models_dirs(self) -> dict[str, Optional[str]]:
         return {slot: spec.models_dir for slot, spec in self.state.catalog.slots.items() if spec.models_dir}
+
+    async def report(self) -> dict[str, Any]:
+        """GET /v1/models/report: what the slots' models directories hold on this node's disk,
+        each model under the slot whose model types it has (a scan: off the event loop)."""
+        from deployments.control.report import disk_report
+
+        return await asyncio.to_thread(disk_report, self.models_dirs(), SLOTS.values())
