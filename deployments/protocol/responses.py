@@ -620,30 +620,16 @@ class ResponseEvents:
             events += self._close()
             if kind == "message":
                 item = message_item(new_id("msg"), None, "in_progress")
-                index = self._add(item, events)
                 part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                events.append(
-                    self._event(
-                        "response.content_part.added",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
-                        part=part,
-                    )
-                )
             else:
                 item = reasoning_item(new_id("rs"), "", "in_progress")
-                index = self._add(item, events)
                 part = {"type": "reasoning_text", "text": ""}
-                events.append(
-                    self._event(
-                        "response.content_part.added",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
-                        part=part,
-                    )
+            index = self._add(item, events)
+            events.append(
+                self._event(
+                    "response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part
                 )
+            )
             self._open, self._text = item, ""
         self._text += text
         kind_event = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
