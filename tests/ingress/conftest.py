@@ -56,9 +56,14 @@ def host():
 
 
 @pytest.fixture
-def app(slots, tmp_path):
-    config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={})
-    return create_app(ingress_state(config, slots))
+def state(slots, tmp_path) -> IngressState:
+    """The shipped config's ingress state over the fake slots (a test reads it back: the records)."""
+    return ingress_state(GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={}), slots)
+
+
+@pytest.fixture
+def app(state):
+    return create_app(state)
 
 
 @pytest.fixture

@@ -64,18 +64,6 @@ def failing_answer(request, *images, model=None):
 
 
 @pytest.fixture
-def state(slots, tmp_path):
-    return ingress_state(GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={}), slots)
-
-
-@pytest.fixture
-async def http(state):
-    transport = httpx.ASGITransport(app=create_app(state))
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
 def client(http) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key="unused", base_url="http://t/v1", http_client=http, max_retries=0)
 

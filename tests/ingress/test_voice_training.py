@@ -76,18 +76,6 @@ def slots(recorder):
     return slots
 
 
-@pytest.fixture
-def state(slots, tmp_path):
-    return ingress_state(GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path)), environ={}), slots)
-
-
-@pytest.fixture
-async def http(state):
-    transport = httpx.ASGITransport(app=create_app(state))
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
-        yield client
-
-
 async def events(http, task_id) -> list[dict]:
     r = await http.get("/v1/voices/train/progress", params={"task_id": task_id})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
