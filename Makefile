@@ -43,18 +43,29 @@ status:
 	RAY_AUTH_MODE=token $(VENV)/bin/serve status
 	RAY_AUTH_MODE=token $(VENV)/bin/ray status
 
-# The in-process tests (tests/unit, tests/ingress) run on one worker per core, a file per worker
-# (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once), next to the bench
-# smoke test (its own private Ray cluster in a subprocess: one LLM and one audio scenario, no
-# timing asserted); then the end-to-end tests run one after the other on one graph that holds the
-# machine's real resources. Both halves run and report (each ends with its time per file), and
-# the target fails if either failed. docs/testing.md says what runs where and why.
+# The two halves run side by side: the in-process tests (tests/unit, tests/ingress) on one worker
+# per core, a file per worker (pytest-xdist: a module's fixtures, e.g. a loaded model, are built
+# once), with the bench smoke test (its own private Ray cluster in a subprocess: one LLM and one
+# audio scenario, no timing asserted); and the end-to-end tests, one after the other on one graph
+# that holds the machine's real resources. The e2e half spends much of its time waiting on the
+# graph (starting it, the burst's scale-down, a replica's restart), time the in-process half
+# fills; each has its own Ray cluster and cache dir (tests/e2e/conftest.py). The in-process
+# half's output goes to a log printed once both end. Both halves report (each ends with its time
+# per file), and the target fails if either failed. docs/testing.md says what runs where and why.
 TEST_WORKERS ?= auto
 BENCH_SMOKE := tests/e2e/test_bench_smoke.py
+IN_PROCESS_LOG ?= $(VENV)/in-process-tests.log
 test: setup
-	@status=0; \
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) || status=$$?; \
+	@echo "make test: the in-process half runs beside the e2e half; its output ($(IN_PROCESS_LOG)) follows at the end"
+	@rm -f $(IN_PROCESS_LOG).rc; \
+	( $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) >$(IN_PROCESS_LOG) 2>&1; \
+	  echo $$? >$(IN_PROCESS_LOG).rc ) & \
+	status=0; \
 	$(VENV)/bin/python -m pytest tests/e2e --ignore=$(BENCH_SMOKE) $(PYTEST_ARGS) || status=$$?; \
+	wait; \
+	echo; echo "======== the in-process half ($(IN_PROCESS_LOG)) ========"; cat $(IN_PROCESS_LOG); \
+	in_process=$$(cat $(IN_PROCESS_LOG).rc 2>/dev/null || echo 1); \
+	[ "$$in_process" = 0 ] || status=$$in_process; \
 	exit $$status
 
 # The inner loop while iterating: the in-process tests only (no Ray, no graph), one worker per
