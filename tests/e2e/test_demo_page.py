@@ -106,10 +106,10 @@ def demo(request, server):
     return request.getfixturevalue("keyed_url"), KEY
 
 
-# The page sends the key on each of its three kinds of call: a fetch with a JSON or SSE answer
-# (chat, file transcription), the streaming-session routes (microphone) and the docs page. Those
-# run in both modes; the speech and agent panels use the same fetch helper as chat, so they run
-# keyless only (each is 25-35 s of a 2-core machine's time per mode).
+# The page sends the key on each of its three kinds of call: a fetch through its one helper
+# (`api()`: chat), the streaming-session routes (microphone) and the docs page. Those run in both
+# modes; the file, speech and agent panels use the same helper as chat, so they run keyless only
+# (each is 10-35 s of a 2-core machine's time per mode).
 BOTH_MODES = pytest.mark.parametrize("demo", ["keyless", "keyed"], indirect=True)
 KEYLESS = pytest.mark.parametrize("demo", ["keyless"], indirect=True)
 
@@ -178,7 +178,7 @@ def page(browser, demo, screenshots, request):
     demo_page.close()
 
 
-@BOTH_MODES
+@KEYLESS
 def test_file_transcription_shows_the_transcript_and_its_segments(page, spoken_wav):
     p = page.open()
     page.tab("file")

@@ -1,8 +1,10 @@
 """End to end: voice training on Kokoro, the shipped default TTS model, on the session graph.
-A short espeak-ng clip (a voice none of Kokoro's stock voices is) is trained with
-a CI-sized fit (six stock voices, five steps); the progress stream carries one loss per step; the new voice is then spoken
-by name over HTTP and the WebSocket, the ASR slot understands it, and its speaker embedding
-(GE2E, computed here) is closer to the clip than the nearest stock voice's on the same text."""
+A short espeak-ng clip (a voice none of Kokoro's stock voices is) is trained with a CI-sized fit
+(six stock voices, three steps: the fewest in which the loss falls, as in
+tests/unit/tts/test_kokoro_fit.py); the progress stream carries one loss per step; the new voice
+is then spoken by name over HTTP and the WebSocket, the ASR slot understands it, and its speaker
+embedding (GE2E, computed here) is closer to the clip than the nearest stock voice's on the same
+text."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.slow
 CLIP_TEXT = "I would like to book a table for two people at eight tonight, please."
 SENTENCE = "Please schedule the meeting for Tuesday afternoon."
 RATE = 24000
-STEPS = 5
+STEPS = 3
 BASE_VOICES = ["am_adam", "am_echo", "am_michael", "am_onyx", "bm_george", "bm_lewis"]
 
 

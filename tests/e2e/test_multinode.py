@@ -2,9 +2,15 @@
 `ray start --block` process with a label, and `serve run` of serve_config.yaml as shipped plus
 the placement block of docs/multi-node.md (only the LLM and TTS slots on, to fit the test machine).
 
+The graph is started the way `make serve` starts it with OminiX's TLS variables
+(`python -m graphs.serve`, OMINIX_TLS_CERT / OMINIX_TLS_KEY, a self-signed certificate): HTTP
+options are per Serve instance, so HTTPS needs a cluster of its own, and this one is it.
+
 Checked: every slot lands on the node its label selector names, requests are served across
-nodes, and removing the speech node mid-run ends its in-flight stream with a clean error while
-the LLM slot keeps serving, and its replica comes back on a new speech node.
+nodes over HTTPS (SSE and the WebSocket TTS protocol over WSS; plain HTTP on the port and an
+untrusting client are refused), and removing the speech node mid-run ends its in-flight stream
+with a clean error while the LLM slot keeps serving, and its replica comes back on a new speech
+node.
 
 Everything goes through the CLIs and HTTP, as a user's terminals would; the test process's own
 Ray session (the other e2e tests' cluster) is not touched.
@@ -12,11 +18,14 @@ Ray session (the other e2e tests' cluster) is not touched.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -69,6 +78,7 @@ class Cluster:
         self.dashboard_port = free_port()
         self.temp_dir = tempfile.mkdtemp(prefix="ray-mn-", dir="/tmp")  # short: Unix socket paths
         self.nodes: dict[str, subprocess.Popen] = {}
+        self.tls: Optional[tuple[Path, Path]] = None  # (certificate, key) the graph serves HTTPS with
 
     @property
     def address(self) -> str:
@@ -216,13 +226,19 @@ def graph_config(
     return path, port
 
 
-def start_graph(cluster: Cluster, config: Path) -> subprocess.Popen:
-    """`serve run` of `config` on the cluster, from a terminal of its own (log: serve.log)."""
+def start_graph(cluster: Cluster, config: Path, tls: Optional[tuple[Path, Path]] = None) -> subprocess.Popen:
+    """`serve run` of `config` on the cluster, from a terminal of its own (log: serve.log); with
+    `tls` (certificate, key), `python -m graphs.serve` with OminiX's TLS variables instead, as
+    `make serve` is run for HTTPS (docs/security.md)."""
+    command, env = [str(BIN / "serve"), "run", "--address", cluster.address, str(config)], cli_env()
+    if tls is not None:
+        command = [sys.executable, "-m", "graphs.serve", "--address", cluster.address]
+        env.update(OMINIX_SERVE_CONFIG=str(config), OMINIX_TLS_CERT=str(tls[0]), OMINIX_TLS_KEY=str(tls[1]))
     with open(cluster.work / "serve.log", "wb") as log:
         return subprocess.Popen(
-            [str(BIN / "serve"), "run", "--address", cluster.address, str(config)],
+            command,
             cwd=ROOT,
-            env=cli_env(),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -239,6 +255,47 @@ def stop_graph(serve_proc: Optional[subprocess.Popen]) -> None:
         os.killpg(serve_proc.pid, signal.SIGKILL)
 
 
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1, and its key (PEM files in `directory`)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def trusting(cert: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cert))
+
+
+def origin(http: httpx.Client) -> str:
+    """The graph's https://host:port, without a trailing slash."""
+    return str(http.base_url).rstrip("/")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, cache_dir):
     work = tmp_path_factory.mktemp("multinode")
@@ -250,8 +307,9 @@ def cluster(tmp_path_factory, cache_dir):
         cluster.join("llm", "llm")
         cluster.join("speech", "speech")
         config, port = graph_config(work, cache_dir)
-        serve_proc = start_graph(cluster, config)
-        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        cluster.tls = self_signed(work)
+        serve_proc = start_graph(cluster, config, tls=cluster.tls)
+        http = httpx.Client(base_url=f"https://127.0.0.1:{port}", timeout=60, verify=trusting(cluster.tls[0]))
         wait_for(lambda: ready(http, serve_proc, work), 300)
         yield cluster, http
     finally:
@@ -295,6 +353,56 @@ def test_slots_land_where_their_labels_say_and_serve_across_nodes(cluster):
     assert roles(http, "tts") == ["speech"]
     assert chat(http) is not None  # head (proxy, ingress) -> the llm node
     assert len(speak(http)) > 0  # head -> the speech node
+
+
+def test_https_with_streaming(cluster):
+    from openai import OpenAI
+
+    c, http = cluster
+    client = OpenAI(
+        base_url=f"{origin(http)}/v1",
+        api_key="unused",
+        http_client=httpx.Client(verify=trusting(c.tls[0])),
+        max_retries=0,
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_plain_http_on_the_tls_port_is_refused(cluster):
+    _, http = cluster
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(origin(http).replace("https://", "http://") + "/health", timeout=5).raise_for_status()
+
+
+async def test_wss_websocket_tts_with_the_self_signed_certificate(cluster):
+    import websockets
+
+    c, http = cluster
+    ws_url = origin(http).replace("https://", "wss://") + "/ws/v1/tts"
+    async with websockets.connect(ws_url, ssl=trusting(c.tls[0]), open_timeout=60) as ws:
+        assert json.loads(await ws.recv()) == {"event": "connected_success"}
+        start = {"event": "task_start", "model": TINY_TTS, "voice_setting": {"voice_id": "alba"}}
+        await ws.send(json.dumps({**start, "audio_setting": {"format": "wav"}}))
+        assert json.loads(await ws.recv())["sample_rate"] == 24000
+        await ws.send(json.dumps({"event": "task_continue", "text": "Hello over TLS. The audio is encrypted."}))
+        audio = b""
+        while True:
+            message = json.loads(await ws.recv())
+            assert message["event"] == "task_progress", message
+            if message["is_final"]:
+                break
+            audio += bytes.fromhex(message["data"]["audio"])
+        await ws.send(json.dumps({"event": "task_finish"}))
+    assert audio[:4] == b"RIFF" and len(audio) > 44 + 2400  # a WAV stream with at least 0.05 s of audio
+    with pytest.raises(ssl.SSLError):  # an untrusting client refuses the self-signed certificate
+        async with websockets.connect(ws_url, ssl=ssl.create_default_context(), open_timeout=10):
+            pass
 
 
 def tts_nodes(http: httpx.Client) -> set[str]:
