@@ -21,7 +21,8 @@ answers are valid against the schema.
 Throughput: every request is greedy and asks for `tokens` tokens: the plain ones carry
 `ignore_eos`, the constrained ones a schema (an array of records with `minItems` = `tokens`) that
 cannot be complete sooner, so the engine does the same work either way; its token counts are
-checked. Waves alternate, their order rotating each repeat.
+checked. Every request turns the chat template's thinking off (`NO_THINKING`): a thinking block
+is free text, which no schema constrains. Waves alternate, their order rotating each repeat.
 
 Validity: those answers are cut at `max_tokens` by design, so what an answer is worth is measured
 on a second set of requests, once per model, as many at once as the highest concurrency: the same
@@ -98,11 +99,20 @@ def _tag(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:8]  # distinct prompts: no prefix-cache hits
 
 
+# The benchmark model speaks Qwen3's chat template (bench/model.py), whose answers may open with a
+# thinking block; a constrained answer leaves that block free text (deployments/llm/constraints.py),
+# so a random model could spend a request's tokens thinking, unconstrained. Thinking off (the
+# template's own switch, which mlx_lm.server passes on too; SmolLM2's template has none and
+# ignores it): the schema constrains every token.
+NO_THINKING = {"enable_thinking": False}
+
+
 def request_body(mode: str, wave: int, i: int, tokens: int) -> dict:
     body = {
         "messages": [{"role": "user", "content": f"{_tag(f'{wave}/{i}')} list the people of the village as JSON."}],
         "max_tokens": tokens,
         "temperature": 0,
+        "chat_template_kwargs": NO_THINKING,
     }
     if mode == "plain":
         body["ignore_eos"] = True
@@ -119,6 +129,7 @@ def answer_body(i: int) -> dict:
         ],
         "max_tokens": ANSWER_TOKENS,
         "temperature": 0,
+        "chat_template_kwargs": NO_THINKING,
         "response_format": {"type": "json_schema", "json_schema": {"name": "village", "schema": answer_schema()}},
     }
 

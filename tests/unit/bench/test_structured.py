@@ -26,6 +26,8 @@ def test_both_sides_ask_for_the_same_work():
     plain, constrained = request_body("plain", 1, 0, 32), request_body("schema", 1, 0, 32)
     assert plain["messages"] == constrained["messages"] and plain["max_tokens"] == constrained["max_tokens"] == 32
     assert plain["ignore_eos"] and "response_format" not in plain
+    # Thinking off on both sides: a thinking block is free text, the schema would not constrain it.
+    assert plain["chat_template_kwargs"] == constrained["chat_template_kwargs"] == {"enable_thinking": False}
     # A constrained answer cannot be complete before `tokens` records: it runs to max_tokens too.
     answer_schema_ = constrained["response_format"]["json_schema"]["schema"]
     jsonschema.validate({"people": [RECORD] * 32}, answer_schema_)
@@ -51,6 +53,7 @@ def test_every_answer_the_validity_schema_allows_fits_in_its_max_tokens():
         assert judge(json.dumps(too_much), answer_schema()) == "invalid"
     body = answer_body(0)
     assert body["max_tokens"] == ANSWER_TOKENS and body["temperature"] == 0
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert body["response_format"]["json_schema"]["schema"] == answer_schema()
     assert answer_body(0)["messages"] != answer_body(1)["messages"]
 
