@@ -1,18 +1,35 @@
-"""What constrained decoding costs: the same requests with a JSON schema and without, at 1 and 16
-streams, on the float32 benchmark model and on SmolLM2, with the grammar engine's mask time per
-token.
+"""What constrained decoding costs, and what it buys: the same chat requests with a JSON schema
+and without, at 1 and 16 streams, on the float32 benchmark model and on SmolLM2, through the
+graph's engine and through mlx_lm.server; the grammar engine's mask time per token; and how many
+answers are valid against the schema.
 
-`python -m bench.structured [--tokens 32] [--concurrency 1,16] [--repeats 1]`, or
-`python -m bench --scenarios structured` (no Serve needed: both run in this process).
+`python -m bench.structured [--tokens 32] [--concurrency 1,16] [--repeats 1] [--smoke]`, or
+`python -m bench --scenarios structured` (no Serve needed).
 
-In process, through the engine a replica runs (LLMEngine and the grammar module,
-deployments/llm/constraints.py), so the ratio is the grammar's cost alone; over HTTP the same
-serving overhead per token adds to both. Every request is greedy, asks for exactly `tokens`
-tokens and gets them: the unconstrained ones carry `ignore_eos`, the constrained ones a schema
-(an array of records with `minItems` = `tokens`) that cannot be complete sooner, so both do the
-same work; the token counts are checked. Waves alternate, their order rotating each repeat.
-mlx_lm.server has no constrained decoding (it ignores `response_format`): there is nothing of
-its to set beside the constrained column (its plain tok/s is scenario 1's).
+- The graph's engine runs in this process, as a replica runs it (LLMEngine and the grammar
+  module, deployments/llm/constraints.py), so its schema / plain ratio is the grammar's cost
+  alone; over HTTP the same serving overhead per token adds to both.
+- mlx_lm.server (bench/peers.py) runs as a subprocess on the same model directory and gets the
+  same requests over HTTP (streamed on loopback, as bench/llm.py sends them), at the same
+  concurrency, its waves rotating with the engine's. It has no constrained decoding: it ignores
+  `response_format` (and `ignore_eos`), so the schema requests are plain ones to it. Its tok/s
+  counts the tokens its usage reports (it may stop at an end-of-sequence token before
+  `max_tokens`: its tokens per request say so) and includes HTTP and its server loop, so set its
+  two columns against each other and its answers' validity against the engine's; scenario 1
+  (bench/llm.py) compares the two servers' tok/s over HTTP.
+
+Throughput: every request is greedy and asks for `tokens` tokens: the plain ones carry
+`ignore_eos`, the constrained ones a schema (an array of records with `minItems` = `tokens`) that
+cannot be complete sooner, so the engine does the same work either way; its token counts are
+checked. Every request turns the chat template's thinking off (`NO_THINKING`): a thinking block
+is free text, which no schema constrains. Waves alternate, their order rotating each repeat.
+
+Validity: those answers are cut at `max_tokens` by design, so what an answer is worth is measured
+on a second set of requests, once per model, as many at once as the highest concurrency: the same
+kind of prompt and record, with a schema whose longest answer fits in `ANSWER_TOKENS` (one or two
+records, bounded names), so a complete answer is always possible. An answer is valid when the
+whole of it parses (`json.loads`, as the openai SDK's `.parse()` reads it) and validates against
+the schema (jsonschema).
 """
 
 from __future__ import annotations
@@ -20,7 +37,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -31,16 +51,18 @@ from bench.stats import ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("plain", "schema")
+SYSTEMS = ("engine", "peer")  # the graph's engine in process; mlx_lm.server over HTTP
+# Room for the longest answer answer_schema() allows, written as the grammar writes JSON (no free
+# whitespace, deployments/llm/constraints.py JSON_STYLE), one token at least per character
+# (tests/unit/bench/test_structured.py checks the bound).
+ANSWER_TOKENS = 200
 
 
-def schema(records: int) -> dict:
-    """Records with every kind of value a schema constrains (keys, a string, a ranged integer,
-    enums, a boolean); at least `records` of them, each several tokens long. (A `maxLength`
-    costs more: each length reached is a lexer state llguidance builds on first use.)"""
-    record = {
+def _record(name: dict) -> dict:
+    return {
         "type": "object",
         "properties": {
-            "name": {"type": "string"},
+            "name": name,
             "age": {"type": "integer", "minimum": 0, "maximum": 120},
             "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
             "active": {"type": "boolean"},
@@ -48,26 +70,98 @@ def schema(records: int) -> dict:
         "required": ["name", "age", "tags", "active"],
         "additionalProperties": False,
     }
+
+
+def _people(record: dict, **bounds) -> dict:
     return {
         "type": "object",
-        "properties": {"people": {"type": "array", "items": record, "minItems": records}},
+        "properties": {"people": {"type": "array", "items": record, **bounds}},
         "required": ["people"],
         "additionalProperties": False,
     }
 
 
+def schema(records: int) -> dict:
+    """Records with every kind of value a schema constrains (keys, a string, a ranged integer,
+    enums, a boolean); at least `records` of them, each several tokens long. (A `maxLength`
+    costs more: each length reached is a lexer state llguidance builds on first use.)"""
+    return _people(_record({"type": "string"}), minItems=records)
+
+
+def answer_schema() -> dict:
+    """The validity requests' schema: the same records, one or two, each name at most ten letters
+    (a pattern, not `maxLength`: a string's escapes would make its length in tokens unbounded),
+    so every answer the schema allows fits in ANSWER_TOKENS."""
+    return _people(_record({"type": "string", "pattern": "^[A-Za-z ]{1,10}$"}), minItems=1, maxItems=2)
+
+
+def _tag(key: str) -> str:
+    return hashlib.sha1(key.encode()).hexdigest()[:8]  # distinct prompts: no prefix-cache hits
+
+
+# The benchmark model speaks Qwen3's chat template (bench/model.py), whose answers may open with a
+# thinking block; a constrained answer leaves that block free text (deployments/llm/constraints.py),
+# so a random model could spend a request's tokens thinking, unconstrained. Thinking off (the
+# template's own switch, which mlx_lm.server passes on too; SmolLM2's template has none and
+# ignores it): the schema constrains every token.
+NO_THINKING = {"enable_thinking": False}
+
+
 def request_body(mode: str, wave: int, i: int, tokens: int) -> dict:
-    tag = hashlib.sha1(f"{wave}/{i}".encode()).hexdigest()[:8]  # distinct prompts: no prefix-cache hits
     body = {
-        "messages": [{"role": "user", "content": f"{tag} list the people of the village as JSON."}],
+        "messages": [{"role": "user", "content": f"{_tag(f'{wave}/{i}')} list the people of the village as JSON."}],
         "max_tokens": tokens,
         "temperature": 0,
+        "chat_template_kwargs": NO_THINKING,
     }
     if mode == "plain":
         body["ignore_eos"] = True
     else:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "village", "schema": schema(tokens)}}
     return body
+
+
+def answer_body(i: int) -> dict:
+    """A validity request: an answer the schema allows always fits in its max_tokens."""
+    return {
+        "messages": [
+            {"role": "user", "content": f"{_tag(f'answer/{i}')} list one or two people of the village as JSON."}
+        ],
+        "max_tokens": ANSWER_TOKENS,
+        "temperature": 0,
+        "chat_template_kwargs": NO_THINKING,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "village", "schema": answer_schema()}},
+    }
+
+
+def streamed(body: dict) -> dict:
+    """The request as sent over HTTP: streamed, usage in the last chunk (bench/llm.py)."""
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def judge(text: str, answer: dict) -> str:
+    """ "valid", "invalid" (JSON the schema does not allow) or "not JSON": the whole answer, as a
+    client's `json.loads` reads it (a JSON object inside a Markdown fence is not JSON)."""
+    import jsonschema
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return "not JSON"
+    return "valid" if jsonschema.Draft202012Validator(answer).is_valid(value) else "invalid"
+
+
+def tally(answers: list[str], answer: dict) -> dict:
+    verdicts = [judge(text, answer) for text in answers]
+    return {
+        "answers": len(verdicts),
+        "json": sum(v != "not JSON" for v in verdicts),
+        "valid": sum(v == "valid" for v in verdicts),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph's engine, in process
 
 
 async def prepare(engine, body: dict):
@@ -85,16 +179,18 @@ async def prepare(engine, body: dict):
     return prompt, params, await engine.guide(constraint, prompt)
 
 
-async def generate(engine, prepared) -> int:
+async def generate(engine, prepared) -> tuple[int, str]:
+    """The answer's token count (its usage) and its text."""
     prompt, params, guided = prepared
-    tokens = None
+    tokens, text = None, []
     async for chunk in engine.generate(prompt, params, None, guided=guided):
+        text.append(chunk.content or "")
         if chunk.usage is not None:
             tokens = chunk.usage.completion_tokens
-    return tokens
+    return tokens, "".join(text)
 
 
-async def one(engine, body: dict) -> int:
+async def one(engine, body: dict) -> tuple[int, str]:
     return await generate(engine, await prepare(engine, body))
 
 
@@ -107,7 +203,7 @@ async def wave(engine, mode: str, streams: int, tokens: int, wave_id: int) -> di
     prepare_s = time.perf_counter() - t0
     before = dict(engine.stats)
     t0 = time.perf_counter()
-    counts = await asyncio.gather(*(generate(engine, p) for p in prepared))
+    counts = [n for n, _ in await asyncio.gather(*(generate(engine, p) for p in prepared))]
     wall = time.perf_counter() - t0
     if any(c != tokens for c in counts):
         raise RuntimeError(f"unequal work ({mode}): asked for {tokens} tokens, got {counts}")
@@ -119,32 +215,116 @@ async def wave(engine, mode: str, streams: int, tokens: int, wave_id: int) -> di
     return out
 
 
-async def measure_model(name: str, model_dir: Path, concurrency, tokens: int, repeats: int, progress) -> dict:
+async def engine_answers(engine, n: int) -> list[str]:
+    prepared = await asyncio.gather(*(prepare(engine, answer_body(i)) for i in range(n)))
+    return [text for _, text in await asyncio.gather(*(generate(engine, p) for p in prepared))]
+
+
+# ---------------------------------------------------------------------------------------------
+# mlx_lm.server, over HTTP
+
+
+async def peer_wave(http, url: str, mode: str, streams: int, tokens: int, wave_id: int) -> dict:
+    """The engine's wave's requests, all sent at once; tok/s from the tokens its usage reports."""
+    from bench.llm import stream_chat
+
+    bodies = [streamed(request_body(mode, wave_id, i, tokens)) for i in range(streams)]
+    t0 = time.perf_counter()
+    timings = await asyncio.gather(*(stream_chat(http, url, body) for body in bodies))
+    wall = max(t.end for t in timings) - t0
+    counts = [t.tokens for t in timings]
+    return {"tokens_per_s": sum(counts) / wall, "wall_s": wall, "tokens_per_request": sum(counts) / len(counts)}
+
+
+async def peer_answers(http, url: str, n: int) -> list[str]:
+    from bench.llm import stream_chat
+
+    timings = await asyncio.gather(
+        *(stream_chat(http, url, streamed(answer_body(i)), keep_text=True) for i in range(n))
+    )
+    return [t.text for t in timings]
+
+
+async def start_peer(model_dir: Path, tokens: int, streams: int, work: Path, http):
+    """mlx_lm.server on the model, warmed up (load, first allocations) with as many connections
+    open as the largest wave uses (its listen backlog is 5: bench/llm.py)."""
+    from bench.llm import stream_chat
+    from bench.peers import mlx_lm_server
+
+    server = mlx_lm_server(model_dir, max(tokens, ANSWER_TOKENS), work / f"mlx_lm_server-{model_dir.name}.log")
+    try:
+        await server.wait_ready()
+        url = f"{server.url}/v1/chat/completions"
+        await asyncio.gather(*(stream_chat(http, url, streamed(request_body("plain", -1, i, 4))) for i in range(2)))
+        await asyncio.gather(
+            *(stream_chat(http, url, streamed(request_body("plain", -2, i, 1))) for i in range(streams))
+        )
+    except BaseException:
+        server.stop()
+        raise
+    return server, url
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def measure_model(
+    name: str, model_dir: Path, concurrency, tokens: int, repeats: int, work: Path, progress, peer: bool = True
+) -> dict:
+    import httpx
+
     from deployments.llm.config import LLMSlotConfig
     from deployments.llm.engine import LLMEngine
 
     engine = await LLMEngine.start(name, model_dir, LLMSlotConfig().engine_config())
+    http = httpx.AsyncClient(timeout=httpx.Timeout(600), limits=httpx.Limits(max_connections=256))
+    server = None
     try:
         await one(engine, request_body("schema", -1, 0, 4))  # warm-up: the grammar engine's token trie
         await one(engine, request_body("plain", -1, 1, 4))
-        runs: dict = {c: {m: [] for m in MODES} for c in concurrency}
+        systems = SYSTEMS if peer else SYSTEMS[:1]
+        if peer:
+            server, url = await start_peer(model_dir, tokens, max(concurrency), work, http)
+            progress(f"structured: {name}: mlx_lm.server is up")
+        runs: dict = {s: {c: {m: [] for m in MODES} for c in concurrency} for s in systems}
+        waves = [(s, m) for s in systems for m in MODES]
         wave_id = 0
         for rep in range(repeats):
             for c in concurrency:
-                for mode in MODES[rep % 2 :] + MODES[: rep % 2]:
-                    wave_id += 1
-                    m = await wave(engine, mode, c, tokens, wave_id)
-                    runs[c][mode].append(m)
-                    progress(f"structured: {name} {c} streams, {mode}: {m['tokens_per_s']:.1f} tok/s")
+                ids = {m: wave_id + k + 1 for k, m in enumerate(MODES)}  # both systems: the same requests
+                wave_id += len(MODES)
+                for system, mode in waves[rep % len(waves) :] + waves[: rep % len(waves)]:
+                    if system == "engine":
+                        m = await wave(engine, mode, c, tokens, ids[mode])
+                    else:
+                        m = await peer_wave(http, url, mode, c, tokens, ids[mode])
+                    runs[system][c][mode].append(m)
+                    progress(f"structured: {name} {c} streams, {system} {mode}: {m['tokens_per_s']:.1f} tok/s")
+        n = max(concurrency)
+        answers = {"engine": await engine_answers(engine, n)}
+        if peer:
+            answers["peer"] = await peer_answers(http, url, n)
     finally:
+        await http.aclose()
+        if server is not None:
+            server.stop()
         engine.shutdown()
+    validity = {"max_tokens": ANSWER_TOKENS, **{s: tally(texts, answer_schema()) for s, texts in answers.items()}}
+    if peer:
+        validity["peer_example"] = answers["peer"][0][:300]
+    progress(f"structured: {name} valid answers: " + ", ".join(f"{s} {validity[s]['valid']}/{n}" for s in answers))
     levels = {}
-    for c, by_mode in runs.items():
-        level = {mode: _median(ms) for mode, ms in by_mode.items()}
+    for c in concurrency:
+        level = _levels(runs["engine"][c])
         level["schema_vs_plain"] = ratio(level["schema"]["tokens_per_s"], level["plain"]["tokens_per_s"])
-        level["repeats"] = by_mode
+        if peer:
+            level["peer"] = _levels(runs["peer"][c])
         levels[str(c)] = level
-    return {"dir_name": model_dir.name, "levels": levels}
+    return {"dir_name": model_dir.name, "levels": levels, "validity": validity}
+
+
+def _levels(by_mode: dict) -> dict:
+    return {**{mode: _median(ms) for mode, ms in by_mode.items()}, "repeats": by_mode}
 
 
 def _median(measurements: list[dict]) -> dict:
@@ -164,19 +344,27 @@ def models(cache_dir: Path, smoke: bool) -> dict[str, Path]:
     )
 
 
-async def measure(cache_dir: Path, concurrency, tokens: int, repeats: int, smoke: bool, progress) -> dict:
+async def measure(
+    cache_dir: Path, concurrency, tokens: int, repeats: int, smoke: bool, work: Path, progress, peer: bool = True
+) -> dict:
     from deployments import blas
 
     blas.select()
     results = {}
     for name, model_dir in models(cache_dir, smoke).items():
-        results[name] = await measure_model(name, model_dir, concurrency, tokens, repeats, progress)
+        results[name] = await measure_model(name, model_dir, concurrency, tokens, repeats, work, progress, peer)
     return {"tokens_per_request": tokens, "concurrency": list(concurrency), "repeats": repeats, "models": results}
 
 
 async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
-    """`python -m bench --scenarios structured`: no Serve needed, the engine runs in this process."""
-    return await measure(cache_dir, opts.concurrency, opts.tokens, opts.repeats, opts.smoke, progress)
+    """`python -m bench --scenarios structured`: no Serve needed, the engine runs in this process
+    and mlx_lm.server beside it."""
+    return await measure(cache_dir, opts.concurrency, opts.tokens, opts.repeats, opts.smoke, work, progress)
+
+
+def _fraction(validity: dict, system: str, key: str) -> Optional[str]:
+    counts = validity.get(system)
+    return None if counts is None else f"{counts[key]}/{counts['answers']}"
 
 
 def render(result: dict) -> str:
@@ -184,6 +372,9 @@ def render(result: dict) -> str:
     for name, m in result["models"].items():
         for c, level in m["levels"].items():
             plain, constrained = level["plain"], level["schema"]
+            peer = level.get("peer") or {}
+            peer_plain, peer_schema = peer.get("plain") or {}, peer.get("schema") or {}
+            per_request = [p.get("tokens_per_request") for p in (peer_plain, peer_schema)]
             rows.append(
                 [
                     name,
@@ -191,50 +382,110 @@ def render(result: dict) -> str:
                     plain["tokens_per_s"],
                     constrained["tokens_per_s"],
                     level["schema_vs_plain"],
+                    peer_plain.get("tokens_per_s"),
+                    peer_schema.get("tokens_per_s"),
+                    None if None in per_request else " / ".join(f"{t:.0f}" for t in per_request),
                     constrained.get("mask_us_per_token"),
                     constrained.get("mask_cpu_us_per_token"),
                     constrained["prepare_ms_per_request"] - plain["prepare_ms_per_request"],
                 ]
             )
-    rows.append(["mlx_lm.server (peer)", "-", "see scenario 1", "no constrained decoding", "-", "-", "-", "-"])
     out = table(
         [
             "model",
             "streams",
-            "plain tok/s",
-            "JSON schema tok/s",
-            "schema / plain",
+            "engine plain tok/s",
+            "engine JSON schema tok/s",
+            "engine schema / plain",
+            "mlx_lm.server plain tok/s",
+            "mlx_lm.server JSON schema tok/s (ignored)",
+            "mlx_lm.server tokens/request (plain / schema)",
             "mask µs/token (wall)",
             "mask µs/token (CPU)",
             "schema compile ms/request",
         ],
         rows,
     )
-    return (
-        f"{out}\n\nIn process, greedy, {result['tokens_per_request']} tokens per request, all of a wave "
-        f"admitted at once, median of {result['repeats']} repeat(s). Mask: consuming the sampled token "
-        "and computing the next mask, per sequence and token (wall, and the grammar engine's own CPU "
-        "time); compile: checking and compiling the schema, per request, before it joins the batch."
-    )
+    notes = [
+        f"Engine: the graph's LLM engine in process (what a replica runs, no HTTP), greedy, "
+        f"{result['tokens_per_request']} tokens per request, all of a wave admitted at once. "
+        "mlx_lm.server: the same requests over HTTP (streamed, loopback) at the same concurrency; it "
+        "has no constrained decoding and ignores `response_format` and `ignore_eos`, so its schema "
+        "requests are plain ones to it and its tok/s counts the tokens it reports (fewer than asked "
+        "where it stopped at an end-of-sequence token). Its figures include HTTP, the engine's do not: "
+        "compare each system's two columns, not the systems' tok/s (scenario 1 does that over HTTP). "
+        f"Median of {result['repeats']} repeat(s). Mask: consuming the sampled token and computing the "
+        "next mask, per sequence and token (wall, and the grammar engine's own CPU time); compile: "
+        "checking and compiling the schema, per request, before it joins the batch."
+    ]
+    validity_rows = [
+        [
+            name,
+            _fraction(m["validity"], "engine", "valid"),
+            _fraction(m["validity"], "peer", "json"),
+            _fraction(m["validity"], "peer", "valid"),
+        ]
+        for name, m in result["models"].items()
+        if m.get("validity")
+    ]
+    if validity_rows:
+        max_tokens = next(m["validity"]["max_tokens"] for m in result["models"].values() if m.get("validity"))
+        out += "\n\n" + table(
+            [
+                "model",
+                "engine (constrained): valid answers",
+                "mlx_lm.server (no constrained decoding): answers that parse as JSON",
+                "mlx_lm.server: valid answers",
+            ],
+            validity_rows,
+        )
+        notes.append(
+            "Valid answers: requests sent all at once to each system with a `json_schema` (one or two "
+            f"records) whose every answer fits in their max_tokens ({max_tokens}); an answer is valid "
+            "when the whole of it parses (`json.loads`, as the openai SDK's `.parse()` reads it; JSON "
+            "inside a Markdown fence does not) and validates against the schema (jsonschema)."
+        )
+    return out + "\n\n" + "\n\n".join(notes)
 
 
 def plot(result: dict, path: Path) -> Optional[Path]:
     plt = pyplot()
     if plt is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    labels, plain, constrained = [], [], []
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    labels = []
+    bars: dict = {
+        ("engine", "plain"): [],
+        ("engine", "schema"): [],
+        ("peer", "plain"): [],
+        ("peer", "schema"): [],
+    }
     for name, m in result["models"].items():
         for c, level in m["levels"].items():
             labels.append(f"{name.split(' ')[0]}\n{c} streams")
-            plain.append(level["plain"]["tokens_per_s"])
-            constrained.append(level["schema"]["tokens_per_s"])
+            for (system, mode), values in bars.items():
+                source = level if system == "engine" else level.get("peer") or {}
+                values.append((source.get(mode) or {}).get("tokens_per_s") or 0)
+    legend = {
+        ("engine", "plain"): "engine, plain (in process)",
+        ("engine", "schema"): "engine, JSON schema (in process)",
+        ("peer", "plain"): "mlx_lm.server, plain (HTTP)",
+        ("peer", "schema"): "mlx_lm.server, JSON schema ignored (HTTP)",
+    }
     x = range(len(labels))
-    ax.bar([i - 0.2 for i in x], plain, 0.4, label="plain")
-    ax.bar([i + 0.2 for i in x], constrained, 0.4, label="JSON schema")
+    width = 0.2
+    for k, (key, values) in enumerate(bars.items()):
+        if any(values):
+            ax.bar(
+                [i + (k - 1.5) * width for i in x],
+                values,
+                width,
+                label=legend[key],
+                hatch="//" if key[0] == "peer" else None,
+            )
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_ylabel("tokens/s")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -247,6 +498,7 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="the smoke-size benchmark model only")
+    p.add_argument("--no-peer", action="store_true", help="the engine only, without mlx_lm.server")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)
@@ -258,7 +510,14 @@ def main(argv=None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    result = asyncio.run(measure(opts.cache_dir, opts.concurrency, opts.tokens, opts.repeats, opts.smoke, progress))
+    # mlx_lm.server's logs: kept where a run fails (the peer's error names its log), removed after.
+    work = Path(tempfile.mkdtemp(prefix="ominix-structured-"))
+    result = asyncio.run(
+        measure(
+            opts.cache_dir, opts.concurrency, opts.tokens, opts.repeats, opts.smoke, work, progress, not opts.no_peer
+        )
+    )
+    shutil.rmtree(work, ignore_errors=True)
     command = " ".join(["python -m bench.structured", *(sys.argv[1:] if argv is None else argv)])
     preset = "smoke" if opts.smoke else "custom"
     result = {
