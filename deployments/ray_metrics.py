@@ -39,6 +39,7 @@ def record(spec: Spec, value: float, tags: dict[str, str]) -> None:
     metric = _metric(spec)
     if metric is None:
         return
+    value = float(value)  # Ray refuses numpy scalars
     try:
         if spec.kind == "counter":
             if value > 0:  # a Prometheus counter only goes up

@@ -107,13 +107,17 @@ class SlotReplica:
 
     async def _sample_gauges_forever(self) -> None:
         while True:
-            try:
-                self._loaded_gauge.sample(self.models.loaded())
-                record_memory(memory_snapshot())
-                self.sample_gauges()
-            except Exception:  # a gauge never takes the replica down
-                logger.debug("Sampling the %s slot's gauges failed", self.slot.name, exc_info=True)
+            self.sample_replica_gauges()
             await asyncio.sleep(GAUGE_PERIOD_S)
+
+    def sample_replica_gauges(self) -> None:
+        """The models held, the replica's memory, and the slot's own gauges, once."""
+        try:
+            self._loaded_gauge.sample(self.models.loaded())
+            record_memory(memory_snapshot())
+            self.sample_gauges()
+        except Exception:  # a gauge never takes the replica down
+            logger.debug("Sampling the %s slot's gauges failed", self.slot.name, exc_info=True)
 
     def metrics_summary(self) -> dict[str, Any]:
         """GET /metrics: this replica's numbers per model (slot metrics and engine counters)."""

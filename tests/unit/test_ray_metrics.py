@@ -180,3 +180,51 @@ def test_the_llm_engine_counts_running_and_queued_sequences():
     engine.stats["running"] = 1
     engine._inbox.get()
     assert engine.sequence_counts() == (1, 0)
+
+
+class FakeEngine:
+    def __init__(self, model_id: str, running: int, queued: int):
+        self.model_id, self.counts = model_id, (running, queued)
+
+    def sequence_counts(self):
+        return self.counts
+
+
+class FakeModels:
+    def __init__(self, engines):
+        self._engines = engines
+
+    def engines(self):
+        return self._engines
+
+    def loaded(self):
+        return [e.model_id for e in self._engines]
+
+
+def test_an_llm_replica_samples_its_models_memory_and_sequences(exported):
+    from deployments.llm.deployment import LLMSlot
+
+    replica = object.__new__(LLMSlot.func_or_class)  # what SlotReplica.__init__ sets, without Serve
+    replica.metrics, replica._loaded_gauge = GenerationMetrics(), LoadedModelsGauge()
+    replica.models = FakeModels([FakeEngine("a", 3, 1), FakeEngine("b", 0, 0)])
+    replica.sample_replica_gauges()
+    loaded = {tags["model"]: v for v, tags in points(exported, "ominix_model_loaded")}
+    assert loaded == {"a": 1, "b": 1}
+    kinds = {tags["kind"] for _, tags in points(exported, "ominix_replica_memory_bytes")}
+    assert {"mlx_active", "mlx_cache"} <= kinds
+    assert points(exported, "ominix_llm_running_sequences") == [(3, {"model": "a"}), (0, {"model": "b"})]
+    assert points(exported, "ominix_llm_queued_sequences") == [(1, {"model": "a"}), (0, {"model": "b"})]
+
+
+def test_a_failing_sample_never_raises(exported, caplog):
+    from deployments.llm.deployment import LLMSlot
+
+    class Broken(FakeModels):
+        def loaded(self):
+            raise RuntimeError("engine gone")
+
+    replica = object.__new__(LLMSlot.func_or_class)
+    replica.metrics, replica._loaded_gauge, replica.models = GenerationMetrics(), LoadedModelsGauge(), Broken([])
+    with caplog.at_level(logging.DEBUG, logger="ray.serve"):
+        replica.sample_replica_gauges()
+    assert "Sampling the llm slot's gauges failed" in caplog.text
