@@ -99,8 +99,7 @@ class LLMSlot(SlotReplica):
             yield chunk
 
     def sample_gauges(self) -> None:
-        for engine in self.models.engines():
-            self.metrics.sequences(engine.model_id, *engine.sequence_counts())
+        self.metrics.sequences({e.model_id: e.sequence_counts() for e in self.models.engines()})
 
     def stats(self) -> dict:
         """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""

@@ -43,6 +43,11 @@ class GenerationMetrics(ModelMetrics):
         if completion_tokens > 1:
             self.observe(model, "itl", decode_seconds * 1000 / (completion_tokens - 1))
 
-    def sequences(self, model: str, running: int, queued: int) -> None:
-        self.set(model, "running_sequences", running)
-        self.set(model, "queued_sequences", queued)
+    def sequences(self, counts: dict[str, tuple[int, int]]) -> None:
+        """{model: (running, queued)} of the engines the replica holds; a model sampled before
+        and no longer held falls to 0 rather than keeping its last counts."""
+        sampled = [m for m, t in self.totals.items() if "running_sequences" in t]
+        for model in dict.fromkeys([*counts, *sampled]):
+            running, queued = counts.get(model, (0, 0))
+            self.set(model, "running_sequences", running)
+            self.set(model, "queued_sequences", queued)

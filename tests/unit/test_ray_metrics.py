@@ -76,10 +76,11 @@ def test_llm_tokens_latencies_and_prefix_cache_hits_are_exported_per_model(expor
 
 def test_llm_sequence_gauges_keep_the_last_sample(exported):
     m = GenerationMetrics()
-    m.sequences("m", running=3, queued=2)
-    m.sequences("m", running=1, queued=0)
-    assert points(exported, "ominix_llm_running_sequences")[-1] == (1, {"model": "m"})
-    assert points(exported, "ominix_llm_queued_sequences")[-1] == (0, {"model": "m"})
+    m.sequences({"m": (3, 2), "n": (2, 1)})
+    m.sequences({"m": (1, 0)})  # n was unloaded
+    last_running = {tags["model"]: v for v, tags in points(exported, "ominix_llm_running_sequences")}
+    last_queued = {tags["model"]: v for v, tags in points(exported, "ominix_llm_queued_sequences")}
+    assert last_running == {"m": 1, "n": 0} and last_queued == {"m": 0, "n": 0}
     assert m.summary("m")["running_sequences"] == 1
 
 
