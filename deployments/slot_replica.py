@@ -4,8 +4,9 @@ A `SlotReplica` subclass carries its slot's entry (`slot`, from its package's sl
 never looks up the registry) and says how to start its engine (`start_engine`); this base
 validates the slot's config, holds the replica's engines (`ReplicaModels`: Serve model
 multiplexing plus the slot's current default), follows the control plane (`SlotAgent`), warns
-when a random-weight built-in serves, answers the health check, and gives GET /metrics one
-summary shape for every slot. Engines are injected the way Ray Serve LLM's
+when a random-weight built-in serves, answers the health check, gives GET /metrics one
+summary shape for every slot, and samples the gauges Ray exports (the models it holds, its
+memory, the slot's own: deployments/metrics.py). Engines are injected the way Ray Serve LLM's
 `LLMServer(engine_cls=...)` takes them: the deployment never builds model code.
 """
 
@@ -17,13 +18,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from deployments import blas
-from deployments.control.agent import SlotAgent
+from deployments.control.agent import SlotAgent, memory_snapshot
 from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
-from deployments.metrics import ModelMetrics
+from deployments.metrics import LoadedModelsGauge, ModelMetrics, record_memory
 from deployments.slot_types import Slot
 
 logger = logging.getLogger("ray.serve")
+
+# How often a replica samples its gauges; Ray exports them on its own period (about 10 s:
+# RAY_metrics_report_interval_ms), so a shorter one would only add work.
+GAUGE_PERIOD_S = 5.0
 
 
 class SlotReplica:
@@ -48,8 +53,10 @@ class SlotReplica:
             loaded_models=self.models.loaded,
             fallback_default=self.config.default_model,
         )
+        self._loaded_gauge = LoadedModelsGauge()
         await self.setup()
         await self.agent.start()  # the slot's current default is loaded before the replica serves
+        self._gauges = asyncio.create_task(self._sample_gauges_forever())
 
     # ------------------------------------------------------------------ what a slot provides
 
@@ -58,6 +65,9 @@ class SlotReplica:
 
     async def start_engine(self, model_id: str, model_dir: Path) -> Any:
         raise NotImplementedError
+
+    def sample_gauges(self) -> None:
+        """Set the slot's own gauges (sequences running, sessions open) from its engines."""
 
     def engine_summary(self, engine: Any) -> dict[str, Any]:
         """The engine's own counters, shown next to the slot metrics in GET /metrics."""
@@ -94,6 +104,20 @@ class SlotReplica:
 
     async def unload_all(self) -> None:
         await self.models.unload_all()
+
+    async def _sample_gauges_forever(self) -> None:
+        while True:
+            self.sample_replica_gauges()
+            await asyncio.sleep(GAUGE_PERIOD_S)
+
+    def sample_replica_gauges(self) -> None:
+        """The models held, the replica's memory, and the slot's own gauges, once."""
+        try:
+            self._loaded_gauge.sample(self.models.loaded())
+            record_memory(memory_snapshot())
+            self.sample_gauges()
+        except Exception:  # a gauge never takes the replica down
+            logger.debug("Sampling the %s slot's gauges failed", self.slot.name, exc_info=True)
 
     def metrics_summary(self) -> dict[str, Any]:
         """GET /metrics: this replica's numbers per model (slot metrics and engine counters)."""

@@ -97,6 +97,9 @@ class ASRSlot(SlotReplica):
             await asyncio.sleep(min(30.0, self.config.stream_idle_timeout_s / 4))
             self.streams.reclaim()
 
+    def sample_gauges(self) -> None:
+        self.metrics.live_sessions(self.models.loaded(), self.streams.live_by_model())
+
     async def start_engine(self, model_id: str, model_dir: Path) -> ASREngine:
         engine_config = EngineConfig(
             dtype=self.config.dtype,

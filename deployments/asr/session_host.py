@@ -171,6 +171,14 @@ class SessionHost:
         self.reclaim()
         return {"live": len(self.table), "sessions": [s.summary() for s in self.table]}
 
+    def live_by_model(self) -> dict[str, int]:
+        """Open sessions per model (the live-sessions gauge)."""
+        self.reclaim()
+        counts: dict[str, int] = {}
+        for session in self.table:
+            counts[session.model or ""] = counts.get(session.model or "", 0) + 1
+        return counts
+
     def state(self, sid: str) -> dict:
         return self._get(sid).session.state()
 

@@ -1,4 +1,4 @@
-"""Request metrics of the ingress: Ray Serve (Prometheus) counters and a JSON summary.
+"""Request metrics of the ingress: Ray (Prometheus) counters and a JSON summary.
 
 Ray Serve's own metrics (ray_serve_*) stay as they are; these add per-route counts by status
 and latency. Routes are labelled by their template (`/v1/models/{model_id:path}`), never by
@@ -12,34 +12,29 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Optional
 
-_BOUNDARIES_MS = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000]
+from deployments import ray_metrics
+from deployments.metrics import Counter as CounterSpec
+from deployments.metrics import Histogram
+
+INGRESS_METRICS = {
+    "requests": CounterSpec("ominix_requests", "Requests by route and status", tags=("route", "method", "status")),
+    "latency": Histogram(
+        "ominix_request_latency_ms",
+        "Request latency (until the response ends)",
+        boundaries=(5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000),
+        tags=("route", "method"),
+    ),
+}
 
 
 class IngressMetrics:
     def __init__(self):
         self.requests: Counter[tuple[str, str, int]] = Counter()
-        self._serve_counter = self._serve_histogram = None
-        try:  # only inside a Serve replica
-            from ray.serve.metrics import Counter as ServeCounter
-            from ray.serve.metrics import Histogram
-
-            self._serve_counter = ServeCounter(
-                "ominix_requests", description="Requests by route and status", tag_keys=("route", "method", "status")
-            )
-            self._serve_histogram = Histogram(
-                "ominix_request_latency_ms",
-                description="Request latency (until the response ends)",
-                boundaries=_BOUNDARIES_MS,
-                tag_keys=("route", "method"),
-            )
-        except Exception:
-            pass
 
     def record(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests[(method, route, status)] += 1
-        if self._serve_counter is not None:
-            self._serve_counter.inc(tags={"route": route, "method": method, "status": str(status)})
-            self._serve_histogram.observe(seconds * 1000, tags={"route": route, "method": method})
+        ray_metrics.record(INGRESS_METRICS["requests"], 1, {"route": route, "method": method, "status": str(status)})
+        ray_metrics.record(INGRESS_METRICS["latency"], seconds * 1000, {"route": route, "method": method})
 
     def summary(self) -> dict:
         by_route: dict[str, dict[str, int]] = {}

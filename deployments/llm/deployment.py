@@ -88,10 +88,18 @@ class LLMSlot(SlotReplica):
                 chunk.model = engine.model_id
                 self.metrics.first_token(engine.model_id, now - start)
             if chunk.usage is not None:
+                details = chunk.usage.prompt_tokens_details
                 self.metrics.finished(
-                    engine.model_id, chunk.usage.prompt_tokens, chunk.usage.completion_tokens, now - first_token_at
+                    engine.model_id,
+                    chunk.usage.prompt_tokens,
+                    chunk.usage.completion_tokens,
+                    now - first_token_at,
+                    details.cached_tokens if details else 0,
                 )
             yield chunk
+
+    def sample_gauges(self) -> None:
+        self.metrics.sequences({e.model_id: e.sequence_counts() for e in self.models.engines()})
 
     def stats(self) -> dict:
         """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""

@@ -184,6 +184,14 @@ class LLMEngine(EngineThread[_Request]):
             )
         return requested
 
+    def sequence_counts(self) -> tuple[int, int]:
+        """(running, queued): the sequences the decode batch holds, and those waiting for a
+        place in it (beyond `max_batch_size` the batch generator keeps them unstarted) or still
+        in the inbox. Read off the engine thread: a sample, not a transaction."""
+        started = self.stats["running"]
+        capacity = self.config.max_batch_size if self.config.batching else 1
+        return min(started, capacity), max(0, started - capacity) + self.pending()
+
     def check_params(self, params: SamplingParams, n: int = 1) -> None:
         vocab = len(self.tokenizer)
         for token in params.logit_bias or {}:

@@ -1,21 +1,26 @@
-"""LLM slot metrics: tokens in and out, time to first token, inter-token latency.
+"""LLM slot metrics: tokens in and out, time to first token, inter-token latency, the
+sequences running and queued, prefix-cache hits.
 
-Recorded per model as Ray Serve metrics (exported to Prometheus as ray_ominix_llm_*) and kept
-as running totals for the JSON summary. Inter-token latency is per request: the decode time
+Recorded per model as Ray metrics (exported to Prometheus as ray_ominix_llm_*) and kept as
+running totals for the JSON summary. Inter-token latency is per request: the decode time
 after the first token divided by the tokens that followed, since chunks may carry several
-tokens under load.
+tokens under load. The sequence gauges are sampled by the replica (deployments/slot_replica.py).
 """
 
 from __future__ import annotations
 
-from deployments.metrics import Counter, Histogram, ModelMetrics
+from deployments.metrics import Counter, Gauge, Histogram, ModelMetrics
 
 LLM_METRICS = {
     "requests": Counter("ominix_llm_requests", "Generations finished"),
     "prompt_tokens": Counter("ominix_llm_prompt_tokens", "Prompt tokens processed"),
-    "completion_tokens": Counter("ominix_llm_completion_tokens", "Tokens generated"),
+    "completion_tokens": Counter("ominix_llm_generated_tokens", "Tokens generated"),
+    "cache_hits": Counter("ominix_llm_prefix_cache_hits", "Generations whose prompt started from the prefix cache"),
+    "cached_tokens": Counter("ominix_llm_prefix_cached_tokens", "Prompt tokens served from the prefix cache"),
     "ttft": Histogram("ominix_llm_time_to_first_token_ms", "Time to first token"),
     "itl": Histogram("ominix_llm_inter_token_latency_ms", "Mean inter-token latency per request"),
+    "running_sequences": Gauge("ominix_llm_running_sequences", "Sequences in the decode batch"),
+    "queued_sequences": Gauge("ominix_llm_queued_sequences", "Sequences waiting for a place in the decode batch"),
 }
 
 
@@ -26,9 +31,23 @@ class GenerationMetrics(ModelMetrics):
     def first_token(self, model: str, seconds: float) -> None:
         self.observe(model, "ttft", seconds * 1000)
 
-    def finished(self, model: str, prompt_tokens: int, completion_tokens: int, decode_seconds: float) -> None:
+    def finished(
+        self, model: str, prompt_tokens: int, completion_tokens: int, decode_seconds: float, cached_tokens: int = 0
+    ) -> None:
         self.add(model, "requests")
         self.add(model, "prompt_tokens", prompt_tokens)
         self.add(model, "completion_tokens", completion_tokens)
+        if cached_tokens:
+            self.add(model, "cache_hits")
+            self.add(model, "cached_tokens", cached_tokens)
         if completion_tokens > 1:
             self.observe(model, "itl", decode_seconds * 1000 / (completion_tokens - 1))
+
+    def sequences(self, counts: dict[str, tuple[int, int]]) -> None:
+        """{model: (running, queued)} of the engines the replica holds; a model sampled before
+        and no longer held falls to 0 rather than keeping its last counts."""
+        sampled = [m for m, t in self.totals.items() if "running_sequences" in t]
+        for model in dict.fromkeys([*counts, *sampled]):
+            running, queued = counts.get(model, (0, 0))
+            self.set(model, "running_sequences", running)
+            self.set(model, "queued_sequences", queued)

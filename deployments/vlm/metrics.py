@@ -9,7 +9,7 @@ VLM_METRICS = {
     "requests": Counter("ominix_vlm_requests", "Generations finished"),
     "images": Counter("ominix_vlm_images", "Images in finished generations"),
     "prompt_tokens": Counter("ominix_vlm_prompt_tokens", "Prompt tokens processed (image tokens included)"),
-    "completion_tokens": Counter("ominix_vlm_completion_tokens", "Tokens generated"),
+    "completion_tokens": Counter("ominix_vlm_generated_tokens", "Tokens generated"),
     "latency": Histogram("ominix_vlm_latency_ms", "Generation time in the VLM slot"),
 }
 

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "deployments.download_progress",
             "deployments.downloads",
             "deployments.metrics",
+            "deployments.ray_metrics",
             "deployments.resources",
             "deployments.blas",
             "deployments.ray_internals",

@@ -1,6 +1,7 @@
 """The /metrics summary: the ingress's own counters and each slot's `metrics_summary()`
 (every slot answers it: deployments/slot_replica.py), from the one replica of that slot that
-answers the call, which names itself (`replica`).
+answers the call, which names itself (`replica`); as JSON, or written for Prometheus
+(deployments/ingress/prometheus.py).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from deployments.ingress.prometheus import CONTENT_TYPES, exposition
 from deployments.ingress.state import IngressState
 
 SUMMARY_TIMEOUT_S = 5
@@ -21,6 +23,10 @@ class ServingMetrics:
         names = list(self.state.slots)
         answers = await asyncio.gather(*[_summary(self.state.slots[name]) for name in names])
         return {"ingress": self.state.metrics.summary(), **dict(zip(names, answers))}
+
+    async def exposition(self, format: str) -> tuple[bytes, str]:
+        """The summary in `format` (prometheus or openmetrics), with its content type."""
+        return exposition(await self.summary(), format), CONTENT_TYPES[format]
 
 
 async def _summary(client: Any) -> dict:

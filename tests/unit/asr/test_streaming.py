@@ -224,3 +224,15 @@ def test_a_diarized_session_needs_the_hosts_voices():
         assert len(h.table) == 0
 
     asyncio.run(run())
+
+
+def test_host_counts_its_open_sessions_per_model():
+    async def run():
+        h, _ = session_host()
+        first = (await h.create(Engine(), TranscribeOptions()))["sid"]
+        await h.create(Engine(), TranscribeOptions())
+        assert h.live_by_model() == {Engine().model_id: 2}
+        h.delete(first)
+        assert h.live_by_model() == {Engine().model_id: 1}
+
+    asyncio.run(run())
