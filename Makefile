@@ -42,12 +42,14 @@ serve: setup
 	$(VENV)/bin/python -m graphs.serve
 
 # From a second terminal: `serve status` and `ray status` of the graph `make serve` (or a plain
-# `serve run serve_config.yaml`) started. Ray 2.60 starts that cluster with token authentication
+# `serve run serve_config.yaml`) started, then each slot's model, BLAS and missing system
+# packages from the graph's /readyz (graphs/status.py; PORT= as for `make serve`). Ray 2.60 starts that cluster with token authentication
 # on and keeps the token in ~/.ray/auth_token, but its CLIs only send it when RAY_AUTH_MODE=token
 # is set (docs/operating.md). RAY_DASHBOARD_ADDRESS / RAY_ADDRESS choose another cluster.
 status:
 	RAY_AUTH_MODE=token $(VENV)/bin/serve status
 	RAY_AUTH_MODE=token $(VENV)/bin/ray status
+	@$(VENV)/bin/python -m graphs.status
 
 # The in-process tests (tests/unit, tests/ingress) run on one worker per core, a file per worker
 # (pytest-xdist: a module's fixtures, e.g. a loaded model, are built once), next to the bench

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from deployments import blas
+from deployments import blas, system_deps
 from deployments.control.agent import SlotAgent
 from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
@@ -35,7 +35,10 @@ class SlotReplica:
         # Before any engine imports mlx (engines import it lazily): MLX's Linux wheel would
         # otherwise multiply with the slow reference BLAS it bundles (deployments/blas.py).
         # Only model replicas load a BLAS; the ingress, Control and the proxy never do.
-        blas.select()
+        choice = blas.select()  # logs its own WARNING on the reference BLAS
+        tools = system_deps.replica_warnings(self.slot.system_tools)
+        for line in tools:
+            logger.warning("%s slot: %s", self.slot.label, line)
         self.config = self.slot.config.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.metrics = self.metrics_class()
@@ -47,6 +50,7 @@ class SlotReplica:
             unload_all=self.unload_all,
             loaded_models=self.models.loaded,
             fallback_default=self.config.default_model,
+            warnings=[line for line in [blas.slow_warning(choice), *tools] if line],
         )
         await self.setup()
         await self.agent.start()  # the slot's current default is loaded before the replica serves
