@@ -8,9 +8,11 @@ test process has it, from starting the cluster), the cluster's addresses given t
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +22,10 @@ from deployments import blas
 from deployments.slots import SLOTS as REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
+# An idle graph's console: at most this many lines a minute (Control's per-call access log is off,
+# graphs/config.py `logging`), watched over a shorter window with the bound scaled to it.
+IDLE_LINES_PER_MINUTE = 5
+IDLE_WINDOW_S = 30
 BIN = Path(sys.executable).parent
 SLOTS = ("Ingress", "Control", *(slot.deployment_name for slot in REGISTRY.values()))
 
@@ -67,3 +73,20 @@ def test_the_dashboard_takes_the_token_from_ray_get_auth_token(server, ray_clust
         assert login.status_code == 200, login.text
         r = browser.get("/api/serve/applications/")  # the session cookie the login page set
         assert r.status_code == 200 and "ominix" in r.json()["applications"]
+
+
+def test_an_idle_graph_says_next_to_nothing(server, serve_log):
+    """One idle minute of `serve run` output after ready: a handful of lines, not the ~100 a
+    minute of Control's access log (`CALL watch OK 5003ms`) that the replicas' polling made."""
+    so_far = serve_log.read_bytes()
+    started = so_far.decode(errors="replace")
+    # The replicas' own lines reach this log (each slot's model-ready line, with its load time),
+    # so a quiet window below is a quiet graph, not a log that hears nothing.
+    assert " ready in " in started and "CALL watch" not in started, started[-4000:]
+    offset = len(so_far)
+    time.sleep(IDLE_WINDOW_S)
+    with open(serve_log, "rb") as log:
+        log.seek(offset)
+        lines = [line for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    bound = math.ceil(IDLE_LINES_PER_MINUTE * IDLE_WINDOW_S / 60)
+    assert len(lines) <= bound, "\n".join(lines[-40:])
