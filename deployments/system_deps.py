@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def replica_warnings(tools: Iterable[str], which: Callable[[str], Optional[str]]
 
 
 def _run(command: list[str]) -> bool:
-    print(f"{PREFIX} {' '.join(command)}", flush=True)
+    print(f"{PREFIX} {shlex.join(command)}", flush=True)
     try:
         return subprocess.run(command, timeout=1800).returncode == 0
     except (OSError, subprocess.TimeoutExpired) as e:
