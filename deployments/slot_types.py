@@ -136,6 +136,9 @@ class Slot:
     model_types: frozenset[str] = field(default_factory=frozenset)
     model_dirs: tuple[str, ...] = ()
     other_model_types: bool = False  # a model whose type no slot lists is this slot's
+    # System programs its replicas run (deployments/system_deps.py): one that is missing is a
+    # WARNING at start and a line in /v1/version and /readyz, never a silent degradation.
+    system_tools: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from deployments import env
 from deployments.cuda_proxy.config import CudaArgs, CudaConfigError, CudaRoute, check_no_collision
@@ -46,6 +46,39 @@ class InsecureBind(ValueError):
     """Refusing to serve without keys on a non-loopback address."""
 
 
+class LoggingArgs(BaseModel):
+    """What the graph's deployments log: Ray Serve's per-deployment `logging_config`, set only
+    where this block says something, so serve_config.yaml's application `logging_config`
+    (encoding, logs_dir) still reaches the others (Serve applies it to a deployment whose code
+    set none: ray/serve/_private/application_state.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = Field(
+        None, description="Log level of every deployment (LOG_LEVEL); unset: Serve's, INFO"
+    )
+    control_access_log: Optional[bool] = Field(
+        None,
+        description=(
+            "Control's access log: a line per call (`CALL watch OK 5003ms`), about 100 a minute from the "
+            "replicas following it; unset: on at level DEBUG only"
+        ),
+    )
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper_case(cls, level: Any) -> Any:
+        return level.strip().upper() if isinstance(level, str) else level
+
+    def serve_logging_config(self, deployment: str) -> Optional[dict[str, Any]]:
+        """The `logging_config` option of one deployment, or None to leave Serve's own."""
+        config: dict[str, Any] = {"log_level": self.level} if self.level else {}
+        if deployment == "Control":
+            access = self.level == "DEBUG" if self.control_access_log is None else self.control_access_log
+            config["enable_access_log"] = access
+        return config or None
+
+
 class GraphArgsBase(BaseModel):
     """The args every graph has; `GraphArgs` adds one block per slot of the registry."""
 
@@ -58,6 +91,14 @@ class GraphArgsBase(BaseModel):
     security: SecurityArgs = Field(default_factory=SecurityArgs)
     cuda: CudaArgs = Field(default_factory=CudaArgs, description="Remote-CUDA route (the OMINIX_V0_* settings)")
     manifest: Optional[str] = Field(None, description="App manifest (ominix.toml) checked at start-up")
+    logging: LoggingArgs = Field(
+        default_factory=LoggingArgs, description="What the deployments log (docs/operating.md)"
+    )
+
+    def serve_options(self, deployment: str) -> dict[str, Any]:
+        """Serve options every deployment gets from the common args: its logging."""
+        logging_config = self.logging.serve_logging_config(deployment)
+        return {"logging_config": logging_config} if logging_config else {}
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> GraphArgsBase:

@@ -52,30 +52,45 @@ def build_graph(config: GraphArgs, options: dict[str, dict] | None = None) -> Ap
         settings.max_concurrent_requests,
     )
     # A fresh build id per build: a redeploy starts from the config, a Control restart does not.
-    control = Control.options(**options.get("Control", {})).bind(
+    # Control's access log is off unless asked for: the replicas' polling is ~100 lines a minute.
+    control = Control.options(**{**config.serve_options("Control"), **options.get("Control", {})}).bind(
         config.defaults(),
         {name: SLOTS[name].deployment_name for name in config.slots()},
         uuid.uuid4().hex,
         cache_dir=config.cache_dir,
     )
     slots = {
-        name: bind_slot(SLOTS[name], slot_config, config.cache_dir, control, options)
+        name: bind_slot(
+            SLOTS[name],
+            slot_config,
+            config.cache_dir,
+            control,
+            options,
+            config.serve_options(SLOTS[name].deployment_name),
+        )
         for name, slot_config in config.slots().items()
     }
     cuda = {}
     if cuda_route is not None:
-        cuda = {"cuda": CudaProxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
-    ingress = Ingress.options(**options.get("Ingress", {}))
+        proxy = CudaProxy.options(**config.serve_options("CudaProxy"))
+        cuda = {"cuda": proxy.bind(cuda_route), "cuda_models": list(cuda_route.models)}
+    ingress = Ingress.options(**{**config.serve_options("Ingress"), **options.get("Ingress", {})})
     return ingress.bind(config.catalog(), settings.model_dump(), control=control, slots=slots, **cuda)
 
 
-def bind_slot(slot: Slot, slot_config, cache_dir: Optional[str], control, options: dict[str, dict]):
+def bind_slot(
+    slot: Slot,
+    slot_config,
+    cache_dir: Optional[str],
+    control,
+    options: dict[str, dict],
+    common: Optional[dict[str, Any]] = None,
+):
     """One slot's deployment, bound with its Serve options: the ones its config decides
-    (slot_options) under the caller's (tests, benchmarks; serve_config.yaml's `deployments:`
-    block is applied by Serve on top of both)."""
-    deployment = slot.deployment_class().options(
-        **{**slot_options(slot, slot_config), **options.get(slot.deployment_name, {})}
-    )
+    (slot_options) and the common args' (`common`: logging) under the caller's (tests, benchmarks;
+    serve_config.yaml's `deployments:` block is applied by Serve on top of all)."""
+    own = {**slot_options(slot, slot_config), **(common or {})}
+    deployment = slot.deployment_class().options(**{**own, **options.get(slot.deployment_name, {})})
     return deployment.bind(slot_config.model_dump(), cache_dir=cache_dir, control=control)
 
 

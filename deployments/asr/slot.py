@@ -26,6 +26,7 @@ SLOT = Slot(
         Route("/v1/realtime", 1 * MiB, None, card=False),  # a WebSocket: its own idle timeout
         Route("/v1/audio/asr/", 10 * MiB, 1800.0, card=False),  # OminiX-API's per-family routes
     ),
+    system_tools=("ffmpeg",),  # uploads other than WAV/FLAC/OGG/MP3 (deployments/audio/decode.py)
     model_types=frozenset({"whisper", "qwen3_asr", "parakeet", "sensevoice", "fireredasr2", "voxtral", "lasr_ctc"}),
     engine=Engine(
         "mlx-audio-stt",

@@ -65,6 +65,7 @@ class SlotAgent:
         unload_all: Callable[[], Awaitable[None]],
         loaded_models: Callable[[], list[str]],
         fallback_default: str,
+        warnings: Optional[list[str]] = None,  # what the replica lacks (a fast BLAS, ffmpeg), with the fix
     ):
         self.slot = slot
         self.control = control
@@ -78,6 +79,7 @@ class SlotAgent:
         self.freed_bytes: Optional[int] = None
         self.loading: Optional[str] = None
         self._fallback = fallback_default
+        self.warnings = list(warnings or [])
         self._task: Optional[asyncio.Task] = None
 
     async def start(self) -> None:
@@ -166,6 +168,7 @@ class SlotAgent:
             error=self.error,
             loading={"model": self.loading, "download": active_downloads().get(self.loading)} if self.loading else None,
             blas=blas.select().as_dict(),
+            warnings=self.warnings,
             node=node_facts(),
         )
         await self.control.report.remote(report)

@@ -4,11 +4,17 @@ Every slot (LLM, ASR, TTS, image) keeps its engines the same way: requests that 
 are routed by Serve's multiplexing to replicas that already hold it, a request that names none
 gets the slot's default (set by the control plane), and an operator's unload drops them all.
 An engine is a `SlotEngine` (deployments/engine_thread.py).
+
+Each load is one INFO line when it starts and one when the model is ready, with its load time
+and the memory it took (`load_lines`): with Control's polling off the log (graphs/omni.py), these
+are what an idle graph's console says. The engine says when it is unloaded (engine_thread.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Optional, TypeVar
@@ -21,6 +27,17 @@ from deployments.protocol.errors import APIError, unavailable
 from deployments.ray_internals import multiplex_wrapper
 
 Engine = TypeVar("Engine", bound=SlotEngine)
+logger = logging.getLogger("ray.serve")
+MiB = 1024 * 1024
+
+
+def ready_line(slot: str, model_id: str, seconds: float, before: dict[str, int], after: dict[str, int]) -> str:
+    """The line a replica logs when a model is ready: how long it took and what it holds now."""
+    taken = after.get("mlx_active_bytes", 0) - before.get("mlx_active_bytes", 0)
+    memory = f"MLX memory {after.get('mlx_active_bytes', 0) / MiB:.0f} MiB ({taken / MiB:+.0f} MiB)"
+    if "rss_bytes" in after:
+        memory += f", process RSS {after['rss_bytes'] / MiB:.0f} MiB"
+    return f"{slot} slot: {model_id} ready in {seconds:.1f} s; {memory}"
 
 
 class ReplicaModels(Generic[Engine]):
@@ -31,8 +48,13 @@ class ReplicaModels(Generic[Engine]):
         # Serve's multiplexer keeps its LRU on the decorated callable, which must accept
         # attributes: a plain closure, not a bound method.
         async def load_model(model_id: str) -> Engine:
+            from deployments.control.agent import memory_snapshot
+
+            logger.info("%s slot: loading %s", slot, model_id)
+            before, started = memory_snapshot(), time.monotonic()
             engine = await load(model_id)
             self._engines.add(engine)
+            logger.info(ready_line(slot, model_id, time.monotonic() - started, before, memory_snapshot()))
             return engine
 
         self._loader = load_model

@@ -37,6 +37,7 @@ class ReplicaReport(BaseModel):
     error: Optional[str] = None  # the last load that failed, kept until the next success
     loading: Optional[dict] = None  # {"model", "download": bytes/files so far} while a load runs
     blas: Optional[dict] = None  # the BLAS MLX's CPU backend multiplies with (deployments/blas.py)
+    warnings: list[str] = []  # what it runs without, with the fix (deployments/system_deps.py)
     node: Optional[dict] = None  # the Ray node it runs on: id, ip, labels (docs/multi-node.md)
     seen_at: float = 0.0
 

@@ -21,8 +21,10 @@ from deployments.ingress.config import IngressSettings
 from deployments.ingress.state import IngressState
 from deployments.resources import reserve
 from deployments.slots import SLOTS
+from deployments.system_deps import replica_warnings
 
 logger = logging.getLogger("ray.serve")
+INGRESS_TOOLS = ("ffmpeg",)
 
 
 @serve.deployment(name="Ingress", max_ongoing_requests=256, ray_actor_options=reserve(0.1, 256))
@@ -45,6 +47,10 @@ class Ingress:
             cuda=DeploymentClient(cuda) if cuda is not None else None,
             cuda_models=frozenset(cuda_models),
         )
+        # TTS's `aac` and the reference clips of cloning and voice training go through ffmpeg here.
+        self.state.system_warnings = replica_warnings(INGRESS_TOOLS if "tts" in (slots or {}) else ())
+        for line in self.state.system_warnings:
+            logger.warning("Ingress: %s", line)
         logger.info("Ingress serving models: %s", catalog)
         if cuda is not None:
             logger.info("Ingress routes to CUDA: %s", sorted(cuda_models))

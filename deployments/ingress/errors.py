@@ -66,6 +66,22 @@ def from_exception(exc: BaseException) -> APIError:
     return server_error(f"Internal error: {type(exc).__name__}: {exc}")
 
 
+def failure_line(method: str, path: str, error: APIError) -> str | None:
+    """The one line a failed request leaves in the log: only a server-side failure (5xx), since
+    a client's mistake is the client's to see (its 4xx body says it). The route names the slot."""
+    if error.status_code < 500:
+        return None
+    return f"{method} {path} failed: {error.status_code} {error.message}"
+
+
+def _failed(request: Request, error: APIError) -> JSONResponse:
+    path = _path(request)
+    line = failure_line(request.method, path, error)
+    if line:
+        logger.warning(line)
+    return error_response(error, path)
+
+
 def validate_body(model: type[BaseModel], body: Any) -> Any:
     """Parse a JSON body that a route had to look at first; failures are the usual 400."""
     try:
@@ -106,7 +122,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
-        return error_response(exc, _path(request))
+        return _failed(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -122,8 +138,11 @@ def install_error_handlers(app: FastAPI) -> None:
             message = str(exc.detail)
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         error = APIError(exc.status_code, message, kind)
+        line = failure_line(request.method, _path(request), error)
+        if line:
+            logger.warning(line)
         return JSONResponse(error_body_for(_path(request), error), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        return error_response(from_exception(exc), _path(request))
+        return _failed(request, from_exception(exc))

@@ -32,6 +32,8 @@ class IngressState:
     downloads: Optional[Any] = None  # the DownloadManager (deployments/downloads), made on first use
     training: Optional[Any] = None  # VoiceTraining (ingress/serving/training.py), made on first use
     records: Optional[Any] = None  # the graph's record store (ingress/serving/records.py), on first use
+    # System programs this ingress runs without, with the fix (deployments/system_deps.py).
+    system_warnings: list[str] = field(default_factory=list)
 
     def slot(self, name: str) -> Any:
         """The slot's client; a slot this graph does not run answers `slot_disabled`."""

@@ -21,6 +21,7 @@ class ReplicaView(BaseModel):
     error: Optional[str] = None
     loading: Optional[dict[str, Any]] = None  # {"model", "download": progress} while a load runs
     blas: Optional[dict[str, Any]] = None
+    warnings: list[str] = []  # what the replica runs without (a fast BLAS, ffmpeg), with the fix
     node: Optional[dict[str, Any]] = None  # {"id", "ip", "labels"}: where Ray placed it (docs/multi-node.md)
 
 

@@ -89,9 +89,15 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory, cache_dir, ray_cluster):
+def serve_work(tmp_path_factory) -> Path:
+    """The session graph's directory: its patched config and `serve.log`."""
+    return tmp_path_factory.mktemp("serve")
+
+
+@pytest.fixture(scope="session")
+def server(serve_work, cache_dir, ray_cluster):
     """Base URL of the graph, started with `serve run` on the shipped serve_config.yaml."""
-    work = tmp_path_factory.mktemp("serve")
+    work = serve_work
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     port = _free_port()
     config["http_options"]["port"] = port
@@ -121,6 +127,12 @@ def server(tmp_path_factory, cache_dir, ray_cluster):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def serve_log(server, serve_work) -> Path:
+    """What `serve run` of the session graph printed (stdout and stderr), as a user's terminal has it."""
+    return serve_work / "serve.log"
 
 
 @pytest.fixture(scope="session")

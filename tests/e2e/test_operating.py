@@ -8,17 +8,24 @@ test process has it, from starting the cluster), the cluster's addresses given t
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import yaml
 
+from deployments import blas
 from deployments.slots import SLOTS as REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
+# An idle graph's console: at most this many lines a minute (Control's per-call access log is off,
+# graphs/config.py `logging`), watched over a shorter window with the bound scaled to it.
+IDLE_LINES_PER_MINUTE = 5
+IDLE_WINDOW_S = 30
 BIN = Path(sys.executable).parent
 SLOTS = ("Ingress", "Control", *(slot.deployment_name for slot in REGISTRY.values()))
 
@@ -32,14 +39,23 @@ def run(args, env) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_make_status_lists_every_slot_healthy(server, ray_cluster, dashboard_url):
-    out = run(["make", "-s", "status", f"VENV={BIN.parent}"], second_terminal(ray_cluster, dashboard_url))
+def test_make_status_lists_every_slot_healthy_with_its_blas(server, ray_cluster, dashboard_url):
+    env = {**second_terminal(ray_cluster, dashboard_url), "PORT": server.rsplit(":", 1)[1]}  # as for make serve
+    out = run(["make", "-s", "status", f"VENV={BIN.parent}"], env)
     assert out.returncode == 0, out.stdout + out.stderr
-    serve_part, _, ray_part = out.stdout.partition("======== Autoscaler status")
+    serve_part, _, rest = out.stdout.partition("======== Autoscaler status")
+    ray_part, _, graph_part = rest.partition("graph: ")
     app = yaml.safe_load(serve_part)["applications"]["ominix"]
     assert app["status"] == "RUNNING"
     assert {name: app["deployments"][name]["status"] for name in SLOTS} == {name: "HEALTHY" for name in SLOTS}
     assert "CPU" in ray_part and "memory" in ray_part  # `ray status`: what the replicas reserve
+    # graphs/status.py: each slot of the shipped config, ready, with the BLAS it multiplies with.
+    fast = sys.platform.startswith("linux") and bool(blas.candidates())
+    slot_lines = {line.split()[0]: line for line in graph_part.splitlines()[1:] if line.startswith("  ")}
+    assert graph_part.startswith("ready") and set(slot_lines) == set(REGISTRY), graph_part
+    assert all(("BLAS: openblas" if fast else "BLAS: ") in line for line in slot_lines.values()), graph_part
+    if fast:  # CI installs every system package: nothing to warn about
+        assert "WARNING" not in graph_part, graph_part
 
 
 def test_without_the_auth_mode_serve_status_is_refused(server, ray_cluster, dashboard_url):
@@ -57,3 +73,20 @@ def test_the_dashboard_takes_the_token_from_ray_get_auth_token(server, ray_clust
         assert login.status_code == 200, login.text
         r = browser.get("/api/serve/applications/")  # the session cookie the login page set
         assert r.status_code == 200 and "ominix" in r.json()["applications"]
+
+
+def test_an_idle_graph_says_next_to_nothing(server, serve_log):
+    """One idle minute of `serve run` output after ready: a handful of lines, not the ~100 a
+    minute of Control's access log (`CALL watch OK 5003ms`) that the replicas' polling made."""
+    so_far = serve_log.read_bytes()
+    started = so_far.decode(errors="replace")
+    # The replicas' own lines reach this log (each slot's model-ready line, with its load time),
+    # so a quiet window below is a quiet graph, not a log that hears nothing.
+    assert " ready in " in started and "CALL watch" not in started, started[-4000:]
+    offset = len(so_far)
+    time.sleep(IDLE_WINDOW_S)
+    with open(serve_log, "rb") as log:
+        log.seek(offset)
+        lines = [line for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    bound = math.ceil(IDLE_LINES_PER_MINUTE * IDLE_WINDOW_S / 60)
+    assert len(lines) <= bound, "\n".join(lines[-40:])

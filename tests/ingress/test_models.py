@@ -13,9 +13,10 @@ from tests.ingress.conftest import default_slots, ingress_state, shipped_args
 class FakeControl(fakes.FakeClient):
     """Control's calls over a dict of desired states and scripted replica reports."""
 
-    def __init__(self, defaults: dict[str, str], fail_model: str | None = None):
+    def __init__(self, defaults: dict[str, str], fail_model: str | None = None, system: dict | None = None):
         self.desired = {slot: Desired(slot=slot, model=model) for slot, model in defaults.items()}
         self.fail_model = fail_model
+        self.system = system or {}  # slot -> the `blas` and `warnings` its replicas report
         super().__init__(status=self._status, set_desired=self._set, wait_applied=self._applied)
 
     def _report(self, slot: str, index: int, model: str | None, error: str | None = None) -> ReplicaReport:
@@ -26,6 +27,7 @@ class FakeControl(fakes.FakeClient):
             default_model=model,
             loaded_models=[model] if model else [],
             error=error,
+            **self.system.get(slot, {}),
         )
 
     def _status(self, model=None) -> dict:
@@ -74,6 +76,8 @@ async def test_status_and_readiness_come_from_the_control_plane(tmp_path):
             "ready": True,
             "model": "whisper-tiny.en",
             "replicas": 1,
+            "blas": [],
+            "warnings": [],
         }
         ids = [card["id"] for card in (await http.get("/v1/models")).json()["data"]]
         assert "ominix-tiny-qwen3" in ids and "whisper-tiny.en" in ids
@@ -116,3 +120,31 @@ async def test_version_lists_the_engines_of_enabled_slots(tmp_path):
         categories == {"llm", "asr", "tts", "embeddings", "vlm"}
         and {"model": "whisper-tiny.en", "model_type": "asr"} in body["models_loaded"]
     )
+
+
+REFERENCE_BLAS = {"library": "reference", "kind": "reference", "reason": "no OpenBLAS or MKL found"}
+OPENBLAS = {"library": "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0", "kind": "openblas", "threads": 1}
+SLOW = "MLX's CPU matrix products use the reference BLAS ...: about 30x slower. Fix: `make setup`"
+NO_FFMPEG = "system packages: ffmpeg is missing: ... Install it: `sudo apt-get install ffmpeg`"
+
+
+async def test_each_slots_blas_and_what_its_replicas_lack_show_in_readyz_and_version(tmp_path):
+    control = FakeControl(
+        DEFAULTS,
+        system={"asr": {"blas": REFERENCE_BLAS, "warnings": [SLOW, NO_FFMPEG]}, "llm": {"blas": OPENBLAS}},
+    )
+    async with _client(control, cache_dir=str(tmp_path)) as http:
+        ready = (await http.get("/readyz")).json()
+        version = (await http.get("/v1/version")).json()
+    assert ready["slots"]["asr"]["blas"] == ["reference"] and ready["slots"]["asr"]["warnings"] == [SLOW, NO_FFMPEG]
+    assert ready["slots"]["llm"]["blas"] == ["openblas"] and ready["slots"]["llm"]["warnings"] == []
+    assert ready["ingress"] == {"warnings": []}  # the in-process ingress checks nothing at start
+    assert version["system"]["asr"] == {"blas": [REFERENCE_BLAS], "warnings": [SLOW, NO_FFMPEG]}
+    assert version["system"]["llm"]["blas"] == [OPENBLAS] and version["system"]["ingress"] == {"warnings": []}
+
+
+def test_replicas_that_agree_are_told_once():
+    from deployments.ingress.serving.models import system_summary
+
+    same = {"blas": OPENBLAS, "warnings": [NO_FFMPEG]}
+    assert system_summary([same, dict(same), {"blas": None}]) == {"blas": [OPENBLAS], "warnings": [NO_FFMPEG]}

@@ -133,3 +133,65 @@ def test_coretype_set_before_openblas_loads_unless_given(openblas):
         pytest.skip("this CPU has neither AVX2+FMA nor AVX-512")
     assert _probe({}, unset=("OPENBLAS_CORETYPE",))["core"] == core
     assert _probe({"OPENBLAS_CORETYPE": "Haswell"})["core"] == "Haswell"  # an explicit setting wins
+
+
+# A process that sees no system OpenBLAS: the search patterns emptied, `sys.prefix` moved to a
+# directory that stands for the Python environment.
+NO_SYSTEM_BLAS = """
+import ctypes.util, sys
+import deployments.blas as b
+b._SEARCH = ()
+ctypes.util.find_library = lambda name: None
+sys.prefix = {prefix!r}
+"""
+
+
+def test_without_a_system_openblas_a_wheel_blas_in_the_environment_is_bound(openblas, tmp_path):
+    """The mkl wheel puts libmkl_rt.so.N in the environment's lib/. Any library with the cblas
+    symbols stands for it here (the system OpenBLAS under that name): what is checked is that
+    `auto` finds it there, binds MLX to it and reports it."""
+    (tmp_path / "lib").mkdir()
+    wheel_library = tmp_path / "lib" / "libmkl_rt.so.3"
+    wheel_library.symlink_to(os.path.realpath(openblas))
+    probe = _probe({blas.ENV: "auto"}, before=NO_SYSTEM_BLAS.format(prefix=str(tmp_path)))
+    assert probe["library"] == str(wheel_library) and probe["kind"] == "mkl"
+    assert os.path.realpath(openblas) in probe["mapped"] and probe["max_error"] < 1e-3
+
+
+def test_the_reference_blas_by_default_is_a_warning_with_the_cost_and_the_fix(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-c", NO_SYSTEM_BLAS.format(prefix=str(tmp_path)) + "b.select()"],
+        env={**os.environ, blas.ENV: "auto"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "30x slower" in run.stderr and "sudo apt-get install libopenblas0-pthread" in run.stderr
+    assert "make setup" in run.stderr
+
+
+def test_only_an_unasked_for_reference_blas_on_linux_is_warned_about():
+    assert blas.slow_warning(blas.BlasChoice(blas.REFERENCE, "no OpenBLAS or MKL found"))
+    assert blas.slow_warning(blas.BlasChoice(blas.REFERENCE, f"{blas.ENV}=reference")) is None
+    assert blas.slow_warning(blas.BlasChoice("/usr/lib/x/libopenblas.so.0", "system OpenBLAS found")) is None
+
+
+@pytest.mark.parametrize(
+    "library, kind",
+    [
+        (blas.REFERENCE, "reference"),
+        ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0", "openblas"),
+        ("/venv/lib/libmkl_rt.so.3", "mkl"),
+        ("/opt/blis/libblis.so.4", "other"),
+    ],
+)
+def test_each_choice_names_its_kind(library, kind):
+    assert blas.BlasChoice(library, "test").kind == kind == blas.BlasChoice(library, "test").as_dict()["kind"]
+
+
+def test_wheel_libraries_are_found_in_the_environments_lib(tmp_path, monkeypatch):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmkl_rt.so.3").write_bytes(b"")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert blas.wheel_candidates() == [str(tmp_path / "lib" / "libmkl_rt.so.3")]

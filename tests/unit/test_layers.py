@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "deployments.ray_metrics",
             "deployments.resources",
             "deployments.blas",
+            "deployments.system_deps",
             "deployments.ray_internals",
             "deployments.routing",
             "deployments.diarization",

@@ -31,6 +31,17 @@ STATUS_TIMEOUT_S = 10.0
 LIST_TIMEOUT_S = 5.0
 
 
+def system_summary(replicas: list[dict]) -> dict[str, list]:
+    """A slot's BLAS libraries and what its replicas run without (deployments/system_deps.py),
+    each told once: the replicas of a slot on one machine agree."""
+    libraries: list[dict] = []
+    for replica in replicas:
+        if replica.get("blas") and replica["blas"] not in libraries:
+            libraries.append(replica["blas"])
+    warnings = list(dict.fromkeys(line for replica in replicas for line in replica.get("warnings") or []))
+    return {"blas": libraries, "warnings": warnings}
+
+
 class ServingModels:
     def __init__(self, state: IngressState):
         self.state = state
@@ -70,6 +81,7 @@ class ServingModels:
             "status": "ready" if ready else "not_ready",
             "slots": slots,
             "sglang_cuda": cuda or {"configured": False},
+            "ingress": {"warnings": self.state.system_warnings},
         }
         return body, ready
 
@@ -84,8 +96,13 @@ class ServingModels:
             serving = [
                 r for r in info["replicas"] if desired["state"] == LOADED and r["default_model"] == desired["model"]
             ]
+            system = system_summary(info["replicas"])
+            checks = {
+                "blas": sorted({b.get("kind", b["library"]) for b in system["blas"]}),
+                "warnings": system["warnings"],
+            }
             if serving:
-                slots[slot] = {"ready": True, "model": desired["model"], "replicas": len(serving)}
+                slots[slot] = {"ready": True, "model": desired["model"], "replicas": len(serving), **checks}
             else:
                 ready = False
                 reason = (
@@ -93,7 +110,7 @@ class ServingModels:
                     if desired["state"] == UNLOADED
                     else f"no replica has loaded {desired['model']} yet"
                 )
-                slots[slot] = {"ready": False, "reason": reason}
+                slots[slot] = {"ready": False, "reason": reason, **checks}
         return slots, ready
 
     async def status(self) -> ModelsStatus:
@@ -113,10 +130,12 @@ class ServingModels:
 
     async def version(self) -> dict[str, Any]:
         loaded: list[dict] = []
+        system: dict[str, Any] = {"ingress": {"warnings": self.state.system_warnings}}
         try:
             for slot, info in (await self.control_status()).items():
                 models = {m for r in info["replicas"] for m in r["loaded_models"]}
                 loaded += [{"model": m, "model_type": slot} for m in sorted(models)]
+                system[slot] = system_summary(info["replicas"])
         except Exception:  # the control plane is away: the version still answers
             pass
         return {
@@ -124,6 +143,7 @@ class ServingModels:
             "service": SERVICE_NAME,
             "capabilities": registry(SLOTS[slot] for slot in self.state.catalog.slots),
             "models_loaded": loaded,
+            "system": system,
         }
 
     # ------------------------------------------------------------------ changing

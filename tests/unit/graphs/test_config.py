@@ -170,3 +170,29 @@ def test_miniinfers_diarization_threshold_variable():
         GraphArgs.from_args({}, environ={"MINI_DIAR_THRESHOLD": "high"})
     with pytest.raises(ConfigError, match="MINI_DIAR_THRESHOLD"):
         GraphArgs.from_args({}, environ={"MINI_DIAR_THRESHOLD": "0"})
+
+
+def test_controls_per_call_access_log_is_off_and_other_deployments_keep_serves_logging():
+    config = GraphArgs.from_args(shipped_args(), environ={})
+    assert config.serve_options("Control") == {"logging_config": {"enable_access_log": False}}
+    # Nothing set for the others: serve_config.yaml's application logging_config still reaches them.
+    assert config.serve_options("LLM") == {} and config.serve_options("Ingress") == {}
+
+
+def test_log_level_debug_brings_controls_access_log_back_and_reaches_every_deployment():
+    config = GraphArgs.from_args(shipped_args(), environ={"LOG_LEVEL": "debug"})
+    assert config.serve_options("Control") == {"logging_config": {"log_level": "DEBUG", "enable_access_log": True}}
+    assert config.serve_options("ASR") == {"logging_config": {"log_level": "DEBUG"}}
+
+
+def test_the_access_log_setting_wins_over_the_level():
+    args = {**shipped_args(), "logging": {"level": "DEBUG", "control_access_log": False}}
+    config = GraphArgs.from_args(args, environ={})
+    assert config.serve_options("Control")["logging_config"]["enable_access_log"] is False
+    quiet = GraphArgs.from_args({**shipped_args(), "logging": {"control_access_log": True}}, environ={})
+    assert quiet.serve_options("Control") == {"logging_config": {"enable_access_log": True}}
+
+
+def test_an_unknown_log_level_is_an_error_naming_the_variable():
+    with pytest.raises(ConfigError, match="LOG_LEVEL"):
+        GraphArgs.from_args(shipped_args(), environ={"LOG_LEVEL": "chatty"})
