@@ -123,7 +123,6 @@ def unload_at(
 @dataclass(frozen=True)
 class IdlePlan:
     unload: list[str]  # idle now: unload them
-    restore_default: bool  # the default was evicted and there is room for it again
     check_in_s: float  # when to look again
 
 
@@ -134,21 +133,14 @@ def plan(
     default: Optional[str],
     policy: IdlePolicy,
     keep_alive: dict[str, float],
-    max_models: int,
 ) -> IdlePlan:
-    """What one replica does now about its idle models."""
+    """What one replica does now about its idle models. A default that another model evicted
+    (one model per replica) is not loaded back here: loading evicts by recency, not by use, so
+    it could cut a request that just loaded another model; the next request loads it."""
     deadlines = {m: unload_at(m, book.uses.get(m), default, policy, keep_alive) for m in loaded}
     unload = [m for m, at in deadlines.items() if at is not None and at <= now]
-    remaining = [m for m in loaded if m not in unload]
-    restore = bool(
-        unload
-        and policy.keep_default_loaded
-        and default is not None
-        and default not in remaining
-        and len(remaining) < max_models
-    )
     upcoming = [at - now for at in deadlines.values() if at is not None and at > now]
-    return IdlePlan(unload, restore, min([MAX_CHECK_INTERVAL_S, *upcoming]))
+    return IdlePlan(unload, min([MAX_CHECK_INTERVAL_S, *upcoming]))
 
 
 def describe(

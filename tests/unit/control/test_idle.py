@@ -36,17 +36,17 @@ def test_a_model_idle_past_its_timeout_is_unloaded():
     clock = Clock()
     book = book_with(clock, "default", "extra")
     clock.now += 59
-    assert plan(clock.now, ["default", "extra"], book, "default", POLICY, {}, 2).unload == []
+    assert plan(clock.now, ["default", "extra"], book, "default", POLICY, {}).unload == []
     clock.now += 1
-    assert plan(clock.now, ["default", "extra"], book, "default", POLICY, {}, 2).unload == ["extra"]
+    assert plan(clock.now, ["default", "extra"], book, "default", POLICY, {}).unload == ["extra"]
 
 
 def test_the_default_stays_while_keep_default_loaded():
     clock = Clock()
     book = book_with(clock, "default")
     clock.now += 10_000
-    assert plan(clock.now, ["default"], book, "default", POLICY, {}, 2).unload == []
-    assert plan(clock.now, ["default"], book, "default", IdlePolicy(60.0, False), {}, 2).unload == ["default"]
+    assert plan(clock.now, ["default"], book, "default", POLICY, {}).unload == []
+    assert plan(clock.now, ["default"], book, "default", IdlePolicy(60.0, False), {}).unload == ["default"]
     # a client's keep_alive does not outrank the operator's choice
     assert timeout_s("default", "default", POLICY, {"default": 0.0}) is None
 
@@ -56,17 +56,17 @@ def test_never_when_the_slot_has_no_timeout():
     book = book_with(clock, "extra")
     clock.now += 10_000
     for policy in (IdlePolicy(None), IdlePolicy(0.0)):
-        assert plan(clock.now, ["extra"], book, "default", policy, {}, 2).unload == []
+        assert plan(clock.now, ["extra"], book, "default", policy, {}).unload == []
 
 
 def test_keep_alive_overrides_the_slot_timeout():
     clock = Clock()
     book = book_with(clock, "extra")
     clock.now += 3
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 3.0}, 2).unload == ["extra"]
-    assert plan(clock.now, ["extra"], book, "default", IdlePolicy(None), {"extra": 3.0}, 2).unload == ["extra"]
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 3.0}).unload == ["extra"]
+    assert plan(clock.now, ["extra"], book, "default", IdlePolicy(None), {"extra": 3.0}).unload == ["extra"]
     clock.now += 100_000
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": FOREVER}, 2).unload == []
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": FOREVER}).unload == []
     assert timeout_s("extra", "default", POLICY, {"extra": FOREVER}) is None
 
 
@@ -75,9 +75,9 @@ def test_keep_alive_zero_unloads_once_the_request_ends():
     book = book_with(clock, "extra")
     book.begin("extra")
     clock.now += 5
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 0.0}, 2).unload == []
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 0.0}).unload == []
     book.end("extra")
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 0.0}, 2).unload == ["extra"]
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 0.0}).unload == ["extra"]
 
 
 def test_a_model_with_a_request_running_is_never_idle():
@@ -86,34 +86,21 @@ def test_a_model_with_a_request_running_is_never_idle():
     book.begin("extra")
     book.begin("extra")
     clock.now += 10_000
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {}, 2).unload == []
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {}).unload == []
     book.end("extra")
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {}, 2).unload == []
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {}).unload == []
     book.end("extra")
     clock.now += 59
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {}, 2).unload == []  # the clock restarted at the end
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {}).unload == []  # the clock restarted at the end
     clock.now += 1
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {}, 2).unload == ["extra"]
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {}).unload == ["extra"]
 
 
 def test_the_next_check_comes_at_the_next_deadline_or_within_the_interval():
     clock = Clock()
     book = book_with(clock, "extra")
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 0.25}, 2).check_in_s == 0.25
-    assert plan(clock.now, ["extra"], book, "default", POLICY, {}, 2).check_in_s == MAX_CHECK_INTERVAL_S
-
-
-def test_the_evicted_default_comes_back_when_an_idle_model_leaves_room():
-    clock = Clock()
-    book = book_with(clock, "extra")  # one model per replica: "extra" evicted the default
-    clock.now += 60
-    idle = plan(clock.now, ["extra"], book, "default", POLICY, {}, 1)
-    assert idle.unload == ["extra"] and idle.restore_default
-    assert not plan(clock.now, ["extra"], book, "default", IdlePolicy(60.0, False), {}, 1).restore_default
-    for busy in ("other", "third"):  # two models a request holds on a two-model replica: no room
-        book.loaded(busy)
-        book.begin(busy)
-    assert not plan(clock.now, ["extra", "other", "third"], book, "default", POLICY, {}, 2).restore_default
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {"extra": 0.25}).check_in_s == 0.25
+    assert plan(clock.now, ["extra"], book, "default", POLICY, {}).check_in_s == MAX_CHECK_INTERVAL_S
 
 
 def test_the_book_forgets_what_it_no_longer_holds():
