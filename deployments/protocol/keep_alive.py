@@ -18,7 +18,7 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 FOREVER = -1.0
 
@@ -57,8 +57,19 @@ def _seconds(text: str) -> float:
     return -total if sign == "-" else total
 
 
-# A request model's field: `keep_alive: Optional[KeepAlive] = None` (None: not sent).
-KeepAlive = Annotated[float, BeforeValidator(parse_keep_alive)]
+# A request model's field: `keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD` (None: not sent).
+KeepAlive = Annotated[
+    float,
+    BeforeValidator(parse_keep_alive),
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}]}),
+]
+KEEP_ALIVE_FIELD = Field(
+    None,
+    description=(
+        "Ollama's: how long the model stays loaded after this request, for its later requests too: "
+        'seconds or a duration ("30s", "5m", "1h"); -1 keeps it loaded, 0 unloads it once answered'
+    ),
+)
 
 
 def describe(seconds: float) -> str:
