@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-import time
 from collections.abc import Awaitable, Callable
 from typing import Optional
 
@@ -170,7 +169,8 @@ class SlotAgent:
         loaded = self._loaded_models()
         self.models.book.prune(loaded)
         default = None if self.unloaded else self.default_model
-        idle = plan(time.time(), loaded, self.models.book, default, self.idle_policy, self.keep_alive)
+        book = self.models.book
+        idle = plan(book.clock(), loaded, book, default, self.idle_policy, self.keep_alive)
         unloaded = [model for model in idle.unload if await self.models.unload_idle(model)]
         for model in unloaded:
             logger.info("Slot %s: unloaded %s, idle past its timeout", self.slot, model)
