@@ -43,6 +43,7 @@ class SlotStatus(BaseModel):
     default_model: Optional[str]  # None while unloaded by an operator
     state: str
     replicas: list[ReplicaView]
+    keep_alive: dict[str, float] = {}  # model -> the last request's keep_alive in seconds (-1: for ever)
 
 
 class ModelsStatus(BaseModel):

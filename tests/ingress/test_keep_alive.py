@@ -160,6 +160,7 @@ async def test_status_shows_each_models_times_and_timeout(tmp_path):
     class TimedControl(FakeControl):
         def _status(self, model=None):
             status = super()._status()
+            status["llm"]["desired"]["keep_alive"] = {"ominix-tiny-qwen3": 3.0}
             status["llm"]["replicas"][0]["models"] = [
                 {
                     "id": "ominix-tiny-qwen3",
@@ -175,6 +176,8 @@ async def test_status_shows_each_models_times_and_timeout(tmp_path):
     http, _, _ = client(lambda slots: TimedControl(DEFAULTS), tmp_path=tmp_path)
     async with http:
         status = (await http.get("/v1/models/status")).json()
+    assert status["slots"]["llm"]["keep_alive"] == {"ominix-tiny-qwen3": 3.0}
+    assert status["slots"]["asr"]["keep_alive"] == {}
     (row,) = status["slots"]["llm"]["replicas"][0]["models"]
     assert row == {
         "id": "ominix-tiny-qwen3",
