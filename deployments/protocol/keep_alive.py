@@ -26,23 +26,21 @@ _SECONDS_PER_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 _PART = r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)"
 _DURATION = re.compile(rf"([+-]?)((?:{_PART})+)")
-EXPECTED = (
-    'seconds (a number), a duration such as "30s", "5m" or "1h", -1 (keep loaded) or 0 (unload after this request)'
-)
+EXPECTED = 'seconds (a number), a duration such as "30s", "5m" or "1h", -1 (keep loaded) or 0 (unload once answered)'
 
 
 def parse_keep_alive(value: Any) -> float:
     """Seconds the model stays loaded after the request (`FOREVER`: never unloaded); a
     ValueError that says what is expected for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"keep_alive must be {EXPECTED}; got {value!r}")
+        raise ValueError(f"keep_alive: expected {EXPECTED}; got {value!r}")
     seconds = float(value) if not isinstance(value, str) else _seconds(value.strip())
     if not math.isfinite(seconds):
-        raise ValueError(f"keep_alive must be {EXPECTED}; got {value!r}")
+        raise ValueError(f"keep_alive: expected {EXPECTED}; got {value!r}")
     if seconds == FOREVER:
         return FOREVER
     if seconds < 0:
-        raise ValueError(f"keep_alive must not be negative except -1 (keep loaded); got {value!r}")
+        raise ValueError(f"keep_alive: no negative value but -1 (keep loaded); got {value!r}")
     return seconds
 
 
@@ -51,7 +49,7 @@ def _seconds(text: str) -> float:
         return float(text)
     duration = _DURATION.fullmatch(text)
     if duration is None:
-        raise ValueError(f"keep_alive must be {EXPECTED}; got {text!r}")
+        raise ValueError(f"keep_alive: expected {EXPECTED}; got {text!r}")
     sign, body = duration.group(1), duration.group(2)
     total = sum(float(number) * _SECONDS_PER_UNIT[unit] for number, unit in re.findall(_PART, body))
     return -total if sign == "-" else total
