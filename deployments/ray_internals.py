@@ -45,6 +45,21 @@ def multiplex_wrapper(loader: Any) -> Any:
     return getattr(loader, "__serve_multiplex_wrapper", None)
 
 
+def evict_model(loader: Any, model_id: str) -> Any:
+    """Take one model out of a replica's multiplexer without yielding to the event loop, and
+    return it (None if it does not hold it); the caller shuts it down. An idle model is
+    unloaded by id (deployments/control/idle.py), and Serve only evicts the least recently
+    used. The flag makes the replica push its model ids to Serve's routers again, so requests
+    for the model stop preferring this replica."""
+    wrapper = multiplex_wrapper(loader)
+    if wrapper is None:
+        return None
+    model = wrapper.models.pop(model_id, None)
+    if model is not None:
+        wrapper._push_multiplexed_replica_info = True
+    return model
+
+
 def live_actor_pids(class_name: str) -> list[int]:
     """Pids of the live actors of one class (benchmarks: a deployment's replica processes). The
     GCS actor table answers without the dashboard, which the benchmark harness leaves off."""

@@ -3,10 +3,11 @@
 A `SlotReplica` subclass carries its slot's entry (`slot`, from its package's slot.py: a replica
 never looks up the registry) and says how to start its engine (`start_engine`); this base
 validates the slot's config, holds the replica's engines (`ReplicaModels`: Serve model
-multiplexing plus the slot's current default), follows the control plane (`SlotAgent`), warns
-when a random-weight built-in serves, answers the health check, gives GET /metrics one
-summary shape for every slot, and samples the gauges Ray exports (the models it holds, its
-memory, the slot's own: deployments/metrics.py). Engines are injected the way Ray Serve LLM's
+multiplexing plus the slot's current default), follows the control plane (`SlotAgent`, which
+also unloads idle models: `idle_unload_s`, `keep_default_loaded`), warns when a random-weight
+built-in serves, answers the health check, gives GET /metrics one summary shape for every
+slot, and samples the gauges Ray exports (the models it holds, its memory, the slot's own:
+deployments/metrics.py). Engines are injected the way Ray Serve LLM's
 `LLMServer(engine_cls=...)` takes them: the deployment never builds model code.
 """
 
@@ -19,6 +20,7 @@ from typing import Any, ClassVar, Optional
 
 from deployments import blas, system_deps
 from deployments.control.agent import SlotAgent, memory_snapshot
+from deployments.control.idle import IdlePolicy
 from deployments.control.replica_models import ReplicaModels
 from deployments.hub import default_cache_dir, resolve_model_dir
 from deployments.metrics import LoadedModelsGauge, ModelMetrics, record_memory
@@ -51,11 +53,13 @@ class SlotReplica:
         self.agent = SlotAgent(
             self.slot.name,
             control,
-            load_default=self.models.get,
+            load_default=self.models.load,
             unload_all=self.unload_all,
             loaded_models=self.models.loaded,
             fallback_default=self.config.default_model,
             warnings=[line for line in [blas.slow_warning(choice), *tools] if line],
+            models=self.models,
+            idle_policy=IdlePolicy(self.config.idle_unload_s, self.config.keep_default_loaded),
         )
         self._loaded_gauge = LoadedModelsGauge()
         await self.setup()

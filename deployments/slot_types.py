@@ -48,6 +48,20 @@ class SlotModelsConfig(BaseModel):
     max_models_per_replica: int = Field(
         1, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)"
     )
+    # Ollama unloads a model 5 minutes after its last request (its keep_alive default), LM
+    # Studio after an hour: 300 s frees a model a client tried and left, while a model in use,
+    # and the default (keep_default_loaded), stay. deployments/control/idle.py decides.
+    idle_unload_s: Optional[float] = Field(
+        300.0,
+        ge=0,
+        description=(
+            "A model that served nothing for this long is unloaded on every replica that holds it "
+            "(0 or null: never); a request's `keep_alive` overrides it for its model"
+        ),
+    )
+    keep_default_loaded: bool = Field(
+        True, description="The slot's default model is never unloaded for being idle (nor by a request's keep_alive)"
+    )
     aliases: dict[str, str] = Field(
         default_factory=dict,
         description=(

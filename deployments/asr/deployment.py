@@ -80,7 +80,7 @@ class ASRSlot(SlotReplica):
         self.streams = SessionHost(
             serve.get_replica_context().replica_id.unique_id,
             decode=self._decode_samples,
-            engine_for=self.models.get,
+            engine_for=self.models.use,
             max_sessions=self.config.stream_max_sessions,
             idle_timeout_s=self.config.stream_idle_timeout_s,
             max_chunk_s=self.config.stream_max_chunk_s,

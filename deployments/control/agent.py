@@ -4,6 +4,11 @@ A slot deployment gives the agent three callables (load a model and make it the 
 unload everything, list what is loaded); the agent long-polls Control, applies each change,
 and reports back: the epoch it reached, its models, its memory, and what an unload freed.
 A failed load keeps the previous default serving and is reported as this replica's error.
+
+Given the replica's models and the slot's idle policy, the agent also unloads the models that
+served nothing for their timeout (deployments/control/idle.py decides; the requests'
+keep_alive values come from Control with the desired state), and reports when each model was
+loaded and last used.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import resource
 from collections.abc import Awaitable, Callable
 from typing import Optional
 
+from deployments.control.idle import MAX_CHECK_INTERVAL_S, IdlePolicy, describe, plan
 from deployments.control.state import LOADED, Desired, ReplicaReport
 
 logger = logging.getLogger("ray.serve")
@@ -66,6 +72,8 @@ class SlotAgent:
         loaded_models: Callable[[], list[str]],
         fallback_default: str,
         warnings: Optional[list[str]] = None,  # what the replica lacks (a fast BLAS, ffmpeg), with the fix
+        models=None,  # the replica's ReplicaModels: idle models are unloaded from it
+        idle_policy: IdlePolicy = IdlePolicy(),
     ):
         self.slot = slot
         self.control = control
@@ -81,6 +89,11 @@ class SlotAgent:
         self._fallback = fallback_default
         self.warnings = list(warnings or [])
         self._task: Optional[asyncio.Task] = None
+        self.models = models
+        self.idle_policy = idle_policy
+        self.keep_alive: dict[str, float] = {}  # model -> the last request's keep_alive (Control's)
+        self.keep_alive_version = -1
+        self._idle_task: Optional[asyncio.Task] = None
 
     async def start(self) -> None:
         """Apply the slot's current state before the replica serves, then follow changes."""
@@ -90,15 +103,21 @@ class SlotAgent:
                 desired = await asyncio.wait_for(self.control.desired.remote(self.slot), 30)
             except Exception as e:
                 logger.warning("Control unreachable (%s); starting with the configured default", e)
+        self._take_keep_alive(desired)
         await self._apply(desired, initial=True)
         if self.control is not None:
             self._task = asyncio.create_task(self._follow())
+        if self.models is not None:
+            self._idle_task = asyncio.create_task(self._unload_idle_models())
 
     async def _follow(self) -> None:
         while True:
             try:
                 await self._report()
-                desired = await self.control.watch.remote(self.slot, self.epoch)
+                desired = await self.control.watch.remote(
+                    self.slot, self.epoch, keep_alive_version=self.keep_alive_version
+                )
+                self._take_keep_alive(desired)
                 if desired.epoch > self.epoch:
                     await self._apply(desired)
             except asyncio.CancelledError:
@@ -130,6 +149,36 @@ class SlotAgent:
         self.epoch = desired.epoch
         if not initial:
             await self._report()
+
+    def _take_keep_alive(self, desired: Desired) -> None:
+        self.keep_alive, self.keep_alive_version = dict(desired.keep_alive), desired.keep_alive_version
+
+    # ------------------------------------------------------------------ idle models
+
+    async def _unload_idle_models(self) -> None:
+        while True:
+            try:
+                wait_s = await self.check_idle()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a failed check must not end the checking
+                logger.warning("Slot %s: idle check failed: %s", self.slot, e)
+                wait_s = MAX_CHECK_INTERVAL_S
+            await asyncio.sleep(wait_s)
+
+    async def check_idle(self) -> float:
+        """Unload this replica's idle models; returns when to look again (seconds)."""
+        loaded = self._loaded_models()
+        self.models.book.prune(loaded)
+        default = None if self.unloaded else self.default_model
+        book = self.models.book
+        idle = plan(book.clock(), loaded, book, default, self.idle_policy, self.keep_alive)
+        unloaded = [model for model in idle.unload if await self.models.unload_idle(model)]
+        for model in unloaded:
+            logger.info("Slot %s: unloaded %s, idle past its timeout", self.slot, model)
+        if unloaded:
+            await self._report_quietly()  # /v1/models/status shows it gone now, not at the next poll
+        return idle.check_in_s
 
     async def _load_reporting_progress(self, model: str) -> None:
         self.loading = model
@@ -163,6 +212,7 @@ class SlotAgent:
             epoch=self.epoch,
             default_model=self.default_model,
             loaded_models=self._loaded_models(),
+            models=self._model_records(),
             memory=memory_snapshot(),
             freed_bytes=self.freed_bytes,
             error=self.error,
@@ -173,6 +223,13 @@ class SlotAgent:
         )
         await self.control.report.remote(report)
 
+    def _model_records(self) -> list[dict]:
+        if self.models is None:
+            return []
+        default = None if self.unloaded else self.default_model
+        return describe(self._loaded_models(), self.models.book, default, self.idle_policy, self.keep_alive)
+
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._idle_task):
+            if task is not None:
+                task.cancel()

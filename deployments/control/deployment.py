@@ -28,6 +28,7 @@ from ray import serve
 
 from deployments.control.state import ControlState, Desired, ReplicaReport
 from deployments.hub import default_cache_dir
+from deployments.protocol.keep_alive import describe
 from deployments.ray_internals import session_dir
 from deployments.records import RecordService, RecordStore
 from deployments.resources import reserve
@@ -98,9 +99,16 @@ class Control:
     async def desired(self, slot: str) -> Desired:
         return self.state.desired[slot]
 
-    async def watch(self, slot: str, epoch: int, timeout_s: float = 5.0) -> Desired:
-        """Long poll: returns when the slot's epoch passes `epoch`, or after `timeout_s`."""
-        if self.state.desired[slot].epoch <= epoch:
+    async def watch(
+        self, slot: str, epoch: int, timeout_s: float = 5.0, keep_alive_version: Optional[int] = None
+    ) -> Desired:
+        """Long poll: returns when the slot's epoch passes `epoch` (or its keep_alive version
+        passes `keep_alive_version`), or after `timeout_s`."""
+        desired = self.state.desired[slot]
+        news = desired.epoch > epoch or (
+            keep_alive_version is not None and desired.keep_alive_version > keep_alive_version
+        )
+        if not news:
             try:
                 await asyncio.wait_for(self._changed[slot].wait(), timeout_s)
             except TimeoutError:
@@ -109,10 +117,23 @@ class Control:
 
     async def set_desired(self, slot: str, state: str, model: Optional[str]) -> Desired:
         desired = self.state.set(slot, state, model)
-        event, self._changed[slot] = self._changed[slot], asyncio.Event()
-        event.set()  # wake every watcher; later watchers wait on the fresh event
+        self._wake(slot)
         logger.info("Slot %s: desired %s %s (epoch %d)", slot, state, model or "", desired.epoch)
         return desired
+
+    async def set_keep_alive(self, slot: str, model: Optional[str], seconds: float) -> Optional[Desired]:
+        """A request's keep_alive for `model` (None: the slot's default), for every replica of the
+        slot (deployments/control/idle.py); None when the slot has no such model to keep."""
+        before = self.state.desired.get(slot)
+        desired = self.state.set_keep_alive(slot, model, seconds)
+        if desired is not None and desired is not before:
+            self._wake(slot)
+            logger.info("Slot %s: keep_alive %s for %s", slot, describe(seconds), model or desired.model)
+        return desired
+
+    def _wake(self, slot: str) -> None:
+        event, self._changed[slot] = self._changed[slot], asyncio.Event()
+        event.set()  # wake every watcher; later watchers wait on the fresh event
 
     async def report(self, report: ReplicaReport) -> None:
         self.state.report(report)

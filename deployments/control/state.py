@@ -24,6 +24,11 @@ class Desired(BaseModel):
     state: Literal["loaded", "unloaded"] = LOADED
     model: Optional[str] = None
     epoch: int = 0
+    # model -> the last request's keep_alive for it, in seconds (-1: for ever): every replica
+    # holding the model unloads it after that long idle (deployments/control/idle.py). Its own
+    # version, not the epoch: it changes nothing a load or an unload waits for.
+    keep_alive: dict[str, float] = {}
+    keep_alive_version: int = 0
 
 
 class ReplicaReport(BaseModel):
@@ -35,6 +40,8 @@ class ReplicaReport(BaseModel):
     memory: dict[str, int] = {}  # mlx_active_bytes, mlx_cache_bytes, rss_bytes
     freed_bytes: Optional[int] = None  # set by an unload
     error: Optional[str] = None  # the last load that failed, kept until the next success
+    # per loaded model: id, loaded_at, last_used_at, in_use, idle_unload_s, unload_at (idle.describe)
+    models: list[dict] = []
     loading: Optional[dict] = None  # {"model", "download": bytes/files so far} while a load runs
     blas: Optional[dict] = None  # the BLAS MLX's CPU backend multiplies with (deployments/blas.py)
     warnings: list[str] = []  # what it runs without, with the fix (deployments/system_deps.py)
@@ -52,7 +59,25 @@ class ControlState:
     def set(self, slot: str, state: str, model: Optional[str]) -> Desired:
         current = self.desired.get(slot) or Desired(slot=slot)
         model = model if state == LOADED else current.model
-        self.desired[slot] = Desired(slot=slot, state=state, model=model, epoch=current.epoch + 1)
+        self.desired[slot] = current.model_copy(update={"state": state, "model": model, "epoch": current.epoch + 1})
+        self._persist()
+        return self.desired[slot]
+
+    def set_keep_alive(self, slot: str, model: Optional[str], seconds: float) -> Optional[Desired]:
+        """A request's keep_alive for `model` (None: the slot's default), kept for every replica;
+        None when there is no such model to keep (an unknown slot, a slot unloaded)."""
+        current = self.desired.get(slot)
+        model = model or (current.model if current is not None and current.state == LOADED else None)
+        if current is None or model is None:
+            return None
+        if current.keep_alive.get(model) == seconds:
+            return current
+        self.desired[slot] = current.model_copy(
+            update={
+                "keep_alive": {**current.keep_alive, model: seconds},
+                "keep_alive_version": current.keep_alive_version + 1,
+            }
+        )
         self._persist()
         return self.desired[slot]
 

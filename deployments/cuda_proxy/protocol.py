@@ -145,6 +145,9 @@ def check_supported(request: CudaChatRequest) -> None:
     if request.max_tokens == 0:
         raise Unsupported("max_tokens is 0")
     extra = request.model_extra or {}
+    if extra.get("keep_alive") is not None:
+        # The worker keeps its one model resident; nothing here can load or unload it.
+        raise Unsupported("keep_alive", "keep_alive")
     if extra.get("n") not in (None, 1) or extra.get("logprobs") or extra.get("top_logprobs") is not None:
         raise Unsupported("n or logprobs (the worker generates one choice, without log-probabilities)")
     if request.tools:

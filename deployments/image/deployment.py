@@ -141,7 +141,7 @@ class ImageSlot(SlotReplica):
     async def _engine_for_default(self) -> ImageEngine:
         if self.agent.default_model is None:
             raise unavailable("The image slot has no model loaded; load one with POST /v1/models/load")
-        return await self.models.get(self.agent.default_model)
+        return await self.models.use(self.agent.default_model)
 
     # ------------------------------------------------------------------ facts
 

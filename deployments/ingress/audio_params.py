@@ -31,7 +31,11 @@ def validated(model: type[P], fields: Mapping[str, Any]) -> P:
     except ValidationError as e:
         first = e.errors()[0]
         param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise invalid_request(f"{param}: {first.get('msg', 'invalid value')}", param) from None
+        # As the JSON routes word it (ingress/errors.py): no pydantic prefix, the field named once.
+        message = first.get("msg", "invalid value").removeprefix("Value error, ")
+        if not message.startswith(f"{param}:"):
+            message = f"{param}: {message}"
+        raise invalid_request(message, param) from None
 
 
 def collect(source: Any, names: tuple[str, ...], lists: tuple[str, ...]) -> dict[str, Any]:

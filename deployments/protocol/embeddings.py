@@ -11,6 +11,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, Field, StrictInt, field_validator
 
+from deployments.protocol.keep_alive import KEEP_ALIVE_FIELD, KeepAlive
 from deployments.protocol.openai import RequestModel
 
 MAX_INPUTS = 2048  # api.openai.com's limit on the inputs of one request
@@ -22,6 +23,7 @@ EmbeddingInput = Union[str, list[str], list[StrictInt], list[list[StrictInt]]]
 class EmbeddingRequest(RequestModel):
     input: EmbeddingInput = Field(..., description="Text, texts, token ids, or lists of token ids")
     model: Optional[str] = Field(None, description="Model id; the slot's default when omitted")
+    keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Optional[int] = Field(None, ge=1, description="Truncate to this many dimensions (Matryoshka models)")
     user: Optional[str] = None

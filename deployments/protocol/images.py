@@ -13,6 +13,7 @@ from typing import Literal, Optional
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from deployments.protocol.b64 import decode_base64_field
+from deployments.protocol.keep_alive import KEEP_ALIVE_FIELD, KeepAlive
 
 # FLUX.2 and Z-Image latents are 1/8 of the image, packed 2x2: sides must be multiples of 16.
 SIZE_MULTIPLE = 16
@@ -58,6 +59,7 @@ class ImageGenerationRequest(BaseModel):
 
     prompt: str
     model: Optional[str] = None
+    keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     n: int = Field(1, ge=1, le=MAX_IMAGES)
     size: str = DEFAULT_SIZE
     response_format: Literal["b64_json", "url"] = "b64_json"

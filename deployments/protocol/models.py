@@ -8,6 +8,20 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict
 
 
+class LoadedModelView(BaseModel):
+    """One model a replica holds: since when, last used, and when it goes if nothing uses it
+    (deployments/control/idle.py). Times are Unix seconds of the replica's clock."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    loaded_at: Optional[float] = None
+    last_used_at: Optional[float] = None
+    in_use: int = 0  # requests holding it now
+    idle_unload_s: Optional[float] = None  # its idle timeout; None: never unloaded for idleness
+    unload_at: Optional[float] = None  # None: not while it is used, or never
+
+
 class ReplicaView(BaseModel):
     """What one replica of a slot reports: its default, what it holds, memory, errors."""
 
@@ -16,6 +30,7 @@ class ReplicaView(BaseModel):
     replica_id: str
     default_model: Optional[str] = None
     loaded_models: list[str] = []
+    models: list[LoadedModelView] = []  # the loaded models with their times and idle timeout
     memory: Optional[dict[str, int]] = None
     freed_bytes: Optional[int] = None
     error: Optional[str] = None
@@ -29,6 +44,7 @@ class SlotStatus(BaseModel):
     default_model: Optional[str]  # None while unloaded by an operator
     state: str
     replicas: list[ReplicaView]
+    keep_alive: dict[str, float] = {}  # model -> the last request's keep_alive in seconds (-1: for ever)
 
 
 class ModelsStatus(BaseModel):

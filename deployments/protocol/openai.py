@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from deployments.protocol.keep_alive import KEEP_ALIVE_FIELD, KeepAlive
 from deployments.protocol.logprobs import (
     MAX_COMPLETION_LOGPROBS,
     MAX_TOP_LOGPROBS,
@@ -206,6 +207,7 @@ class SamplingRequest(RefusingRequest):
     """Fields shared by chat and text completions."""
 
     model: Optional[str] = Field(None, description="Model id; the slot's default when omitted")
+    keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     max_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)

@@ -9,6 +9,8 @@ from typing import Literal, Optional
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from deployments.protocol.keep_alive import KEEP_ALIVE_FIELD, KeepAlive
+
 ResponseFormat = Literal["pcm", "wav", "mp3", "flac", "opus", "aac"]
 DEFAULT_RESPONSE_FORMAT: ResponseFormat = "wav"
 
@@ -20,6 +22,7 @@ class SpeechRequest(BaseModel):
 
     input: str
     model: Optional[str] = None
+    keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     voice: Optional[str] = None
     response_format: Optional[ResponseFormat] = None
     speed: float = Field(1.0, ge=0.25, le=4.0)

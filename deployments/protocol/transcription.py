@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from deployments.protocol.errors import invalid_request
+from deployments.protocol.keep_alive import KEEP_ALIVE_FIELD, KeepAlive
 
 ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt", "diarized_json"]
 Granularity = Literal["segment", "word"]
@@ -78,6 +79,7 @@ class TranscriptionParams(SpeakerOptions):
     model_config = ConfigDict(extra="ignore")  # clients send extras (stream, chunking_strategy, ...)
 
     model: Optional[str] = None
+    keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     language: Optional[str] = Field(None, max_length=32)
     prompt: Optional[str] = Field(None, max_length=4096)
     response_format: ResponseFormat = "json"

@@ -7,11 +7,13 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field, field_validator
 
+from deployments.protocol.keep_alive import KEEP_ALIVE_FIELD, KeepAlive
 from deployments.protocol.openai import ChatCompletionRequest, RequestModel, UsageInfo, now
 
 
 class VLMCompletionRequest(RequestModel):
     model: Optional[str] = Field(None, description="A VLM model id; the VLM slot's default when omitted")
+    keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     image: str = Field(..., description="The image: base64, or a data:image/...;base64 URL")
     prompt: str = Field(..., min_length=1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)

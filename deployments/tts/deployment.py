@@ -107,7 +107,7 @@ class TTSSlot(SlotReplica):
 
         if engine.capabilities.clone or not self.config.clone_model or serve.get_multiplexed_model_id():
             return engine
-        return await self.models.get(self.config.clone_model)
+        return await self.models.use(self.config.clone_model)
 
     # ------------------------------------------------------------------ voices and facts
 

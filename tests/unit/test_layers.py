@@ -15,6 +15,7 @@ SLOT_PACKAGES = tuple(
 )
 CONTROL_REPLICA_SIDE = (  # what every slot replica runs of the control plane
     "deployments.control.agent",
+    "deployments.control.idle",
     "deployments.control.replica_models",
     "deployments.control.policy",
     "deployments.control.state",

@@ -40,6 +40,7 @@ router = APIRouter(tags=["audio"])
 
 _PARAM_NAMES = (
     "model",
+    "keep_alive",
     "language",
     "prompt",
     "response_format",

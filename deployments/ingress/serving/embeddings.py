@@ -3,6 +3,7 @@ vectors); the slot batches and embeds, and answers the response whole."""
 
 from __future__ import annotations
 
+from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.state import IngressState
 from deployments.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 
@@ -14,4 +15,6 @@ class ServingEmbeddings:
 
     async def create(self, request: EmbeddingRequest) -> EmbeddingResponse:
         model = self.state.catalog.resolve("embeddings", request.model)
-        return await self.embeddings.call("embed", request, model=model)
+        response = await self.embeddings.call("embed", request, model=model)
+        await keep_model_alive(self.state, "embeddings", response.model, request.keep_alive)
+        return response

@@ -35,6 +35,7 @@ from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.serving.cuda import open_cuda_chat, routes_to_cuda, serve_cuda_chat
+from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.state import IngressState
 from deployments.llm.constraints import checked_constraint
 from deployments.protocol.errors import APIError, invalid_request
@@ -108,7 +109,9 @@ async def open_generation(
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
     session = affinity or llm_affinity_key(request, session_header)
     stream = await client.stream(method, request, *args, model=model, session=session)
-    return stream, (stream.first.model if stream.first else None) or model or "unknown"
+    served = (stream.first.model if stream.first else None) or model
+    await keep_model_alive(state, slot, served, request.keep_alive)
+    return stream, served or "unknown"
 
 
 def check_choice_count(state: IngressState, slot: str, request: SamplingRequest) -> None:

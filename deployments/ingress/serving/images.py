@@ -11,6 +11,7 @@ import base64
 import time
 from typing import Optional
 
+from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.images import (
@@ -35,6 +36,7 @@ class ServingImages:
         model = self.state.catalog.resolve("image", request.model)
         params = ImageParams.from_request(request, _init_image(request.image))
         result: GeneratedImages = await self.image.call("generate", params, model=model)
+        await keep_model_alive(self.state, "image", result.model, request.keep_alive)
         return ImagesResponse(
             created=int(time.time()),
             data=[

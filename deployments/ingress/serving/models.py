@@ -119,6 +119,7 @@ class ServingModels:
                 default_model=info["desired"]["model"] if info["desired"]["state"] == LOADED else None,
                 state=info["desired"]["state"],
                 replicas=[ReplicaView.model_validate(r) for r in info["replicas"]],
+                keep_alive=info["desired"].get("keep_alive", {}),
             )
             for slot, info in (await self.control_status()).items()
         }

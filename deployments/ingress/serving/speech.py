@@ -22,6 +22,7 @@ from deployments.audio.encode import MEDIA_TYPES, StreamEncoder, UnsupportedForm
 from deployments.audio.reference import MAX_REFERENCE_BYTES, BadReferenceAudio, decode_base64
 from deployments.ingress.errors import from_exception
 from deployments.ingress.responses import sse_response
+from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.serving.speech_stream import SpeechStream, pcm_headers
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request
@@ -64,6 +65,7 @@ class ServingSpeech:
             reference_text=request.reference_text,
         )
         speech = await SpeechStream.open(self.state, params, model)
+        await keep_model_alive(self.state, "tts", model, request.keep_alive)
         if sse == "openai":
             return openai_sse(speech)
         if sse == "miniinfer":

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from deployments.asr.formats import render
 from deployments.ingress.audio_params import known_speakers
 from deployments.ingress.responses import sse_response
+from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.state import IngressState
 from deployments.protocol.transcription import TranscriptionParams
 
@@ -45,8 +46,10 @@ class ServingTranscription:
             params = params.model_copy(update={"known_speaker_references": []})  # decoded: sent once, as samples
         if params.stream:
             events = await self.asr.stream("transcribe_stream", params, audio, server_path, *speakers, model=model)
+            await keep_model_alive(self.state, "asr", model, params.keep_alive)
             return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
         transcript = await self.asr.call("transcribe", params, audio, server_path, *speakers, model=model)
+        await keep_model_alive(self.state, "asr", model, params.keep_alive)
         body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
         if isinstance(body, dict):
             return JSONResponse(body)

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from deployments.ingress.responses import json_response
 from deployments.ingress.serving.generation import image_limits
+from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.openai import random_id
@@ -30,7 +31,9 @@ class ServingVLMCompletion:
             raise invalid_request(e.message.replace("messages[0].content[0]", "image"), "image", e.code) from None
         stream = await vlm.stream("chat", chat, images, model=model)
         total = await stream.collect()
-        served = (stream.first.model if stream.first else None) or model or "unknown"
+        served = (stream.first.model if stream.first else None) or model
+        await keep_model_alive(self.state, "vlm", served, request.keep_alive)
+        served = served or "unknown"
         return json_response(
             VLMCompletionResponse(id=random_id("vlm"), model=served, content=total.content, usage=total.usage)
         )

@@ -63,3 +63,17 @@ def test_state_files_are_per_application_and_per_build(tmp_path):
     first.set("tts", UNLOADED, None)
     other = ControlState({"tts": "t"}, state_file(tmp_path, "tts-bench", "b2"))
     assert other.desired["tts"].state == LOADED
+
+
+def test_keep_alive_is_kept_per_model_across_loads_and_restarts(tmp_path):
+    path = tmp_path / "state.json"
+    state = ControlState({"llm": "a"}, path)
+    first = state.set_keep_alive("llm", "b", 3.0)
+    assert first.keep_alive == {"b": 3.0} and first.keep_alive_version == 1 and first.epoch == 0
+    assert state.set_keep_alive("llm", "b", 3.0).keep_alive_version == 1  # unchanged: no news
+    assert state.set_keep_alive("llm", None, -1.0).keep_alive == {"b": 3.0, "a": -1.0}  # None: the default
+    assert state.set("llm", LOADED, "b").keep_alive == {"b": 3.0, "a": -1.0}  # an operator's load keeps them
+    assert ControlState({"llm": "a"}, path).desired["llm"].keep_alive == {"b": 3.0, "a": -1.0}
+    state.set("llm", UNLOADED, None)
+    assert state.set_keep_alive("llm", None, 0.0) is None  # nothing is the default while unloaded
+    assert state.set_keep_alive("tts", "t", 0.0) is None  # not a slot of this graph

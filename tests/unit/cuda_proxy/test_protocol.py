@@ -366,3 +366,12 @@ def test_mid_stream_messages(error, message):
     api_error = stream_error(error)
     assert api_error.message == message and api_error.type == "upstream_error"
     assert api_error.body()["error"]["code"] is None
+
+
+@pytest.mark.parametrize("value", ["5m", 0, -1])
+def test_keep_alive_is_refused_by_name(value):
+    """The worker keeps its one model resident: a keep_alive cannot apply there, so it is a 400
+    naming it, never dropped."""
+    with pytest.raises(Unsupported) as info:
+        check_supported(request(keep_alive=value))
+    assert http_error(info.value).param == "keep_alive"
