@@ -19,6 +19,7 @@ from ray.serve.config import RequestRouterConfig
 
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import checked_constraint
+from deployments.llm.disk_cache import PROMPT_CACHE_DIR
 from deployments.llm.engine import LLMEngine
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
@@ -47,7 +48,9 @@ class LLMSlot(SlotReplica):
     metrics_class = GenerationMetrics
 
     async def start_engine(self, model_id: str, model_dir: Path) -> LLMEngine:
-        return await LLMEngine.start(model_id, model_dir, self.config.engine_config())
+        # The node's replicas share the cache dir, so they share the prompt cache's disk tier.
+        config = self.config.engine_config(disk_cache_dir=self.cache_dir / PROMPT_CACHE_DIR)
+        return await LLMEngine.start(model_id, model_dir, config)
 
     async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = await self.engine()
@@ -92,6 +95,15 @@ class LLMSlot(SlotReplica):
                     engine.model_id, chunk.usage.prompt_tokens, chunk.usage.completion_tokens, now - first_token_at
                 )
             yield chunk
+
+    def engine_summary(self, engine: LLMEngine) -> dict:
+        """The engine's counters and its prompt cache per tier (GET /metrics)."""
+        return {**super().engine_summary(engine), "prompt_cache": engine.prompt_cache_tiers()}
+
+    async def clear_prompt_cache(self) -> dict:
+        """Empty the disk tier of every model this replica holds, on its node; per model, what
+        was removed."""
+        return {e.model_id: await asyncio.to_thread(e.clear_prompt_cache) for e in self.models.engines()}
 
     def stats(self) -> dict:
         """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""

@@ -42,6 +42,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+PROMPT_CACHE_DIR = "prompt-cache"  # under the cache dir
 FORMAT = 1  # bump when what an entry holds changes: old entries then fall under another key
 DATA, ENTRY = ".safetensors", ".json"
 TMP_MARK = ".tmp-"
@@ -128,14 +129,16 @@ class LoadRule:
     """Whether loading a stored prefix beats prefilling it, learned on this replica.
 
     Two running means: seconds per token to load an entry (measured on each load) and to
-    prefill (measured by the engine on each admitted prompt: the time to its first token over
-    the tokens it prefilled, an overestimate under load, which leans toward loading). A disk
+    prefill (measured by the engine on each admitted prompt that prefilled at least
+    `min_prefill_sample` tokens: the time to its first token over the tokens it prefilled, an
+    overestimate under load, which leans toward loading). A disk
     entry of `stored` tokens, when `cached` are already in RAM, is loaded when
     `stored * load_s_per_token < (stored - cached) * prefill_s_per_token`. Until both are
     measured, it is loaded: the first load is what measures it."""
 
-    def __init__(self, weight: float = 0.2):
+    def __init__(self, weight: float = 0.2, min_prefill_sample: int = 64):
         self.weight = weight
+        self.min_prefill_sample = min_prefill_sample
         self.load_s_per_token: Optional[float] = None
         self.prefill_s_per_token: Optional[float] = None
 
@@ -147,7 +150,9 @@ class LoadRule:
             self.load_s_per_token = self._mean(self.load_s_per_token, seconds / tokens)
 
     def prefilled(self, tokens: int, seconds: float) -> None:
-        if tokens > 0:
+        # A short prefill is mostly the step's fixed cost (and the wait for the running batch):
+        # per token it would look slow and make every load look worth it.
+        if tokens >= self.min_prefill_sample:
             self.prefill_s_per_token = self._mean(self.prefill_s_per_token, seconds / tokens)
 
     def worth_loading(self, stored: int, cached: int) -> bool:

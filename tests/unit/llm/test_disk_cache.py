@@ -85,6 +85,8 @@ def test_loading_is_chosen_only_when_measured_faster_than_prefilling():
     assert rule.worth_loading(100, 0)
     assert rule.worth_loading(100, 80)  # 100 * 0.1 < 20 * 1
     assert not rule.worth_loading(100, 95)  # 100 * 0.1 > 5 * 1
+    rule.prefilled(10, 1.0)  # a short prefill is mostly fixed cost: not learned from
+    assert rule.prefill_s_per_token == pytest.approx(0.001)
     rule.loaded(100, 1.0)  # a slow disk: 10 ms per token
     assert not rule.worth_loading(100, 0)
 
