@@ -19,7 +19,7 @@ from ray.serve.config import RequestRouterConfig
 
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import checked_constraint
-from deployments.llm.disk_cache import PROMPT_CACHE_DIR
+from deployments.llm.disk_cache import PROMPT_CACHE_DIR, clear_all
 from deployments.llm.engine import LLMEngine
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
@@ -101,9 +101,10 @@ class LLMSlot(SlotReplica):
         return {**super().engine_summary(engine), "prompt_cache": engine.prompt_cache_tiers()}
 
     async def clear_prompt_cache(self) -> dict:
-        """Empty the disk tier of every model this replica holds, on its node; per model, what
-        was removed."""
-        return {e.model_id: await asyncio.to_thread(e.clear_prompt_cache) for e in self.models.engines()}
+        """Empty the prompt cache's disk tier on this replica's node, every model's: the
+        entries and bytes removed (POST /v1/models/cache/clear)."""
+        removed = await asyncio.to_thread(clear_all, self.cache_dir / PROMPT_CACHE_DIR)
+        return {"replica": serve.get_replica_context().replica_id.unique_id, **removed}
 
     def stats(self) -> dict:
         """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""

@@ -260,7 +260,7 @@ class DiskCache:
     def _corrupt(self, name: str, why: str) -> None:
         logger.warning("Prompt cache entry %s is ignored and removed: %s", name, why)
         self.counters.errors += 1
-        self._remove(self.directory, name)
+        _remove(self.directory, name)
         return None
 
     # ------------------------------------------------------------------ writing
@@ -334,13 +334,13 @@ class DiskCache:
             tmp_entry.write_text(json.dumps(entry))
             os.replace(tmp_entry, entry_path)
         except OSError as e:
-            self._discard(tmp_data, tmp_entry)
+            _discard(tmp_data, tmp_entry)
             self.counters.errors += 1
             self.writing = False
             logger.warning("The prompt cache's disk tier stops writing (it still reads): %s", e)
             return False
         except Exception as e:  # a cache the saver cannot write: skip it, keep writing others
-            self._discard(tmp_data, tmp_entry)
+            _discard(tmp_data, tmp_entry)
             self.counters.errors += 1
             logger.warning("A prompt cache was not written to disk: %s", e)
             return False
@@ -348,58 +348,21 @@ class DiskCache:
         self.evict()
         return True
 
-    @staticmethod
-    def _discard(*paths: Path) -> None:
-        for p in paths:
-            try:
-                p.unlink()
-            except OSError:
-                pass
-
     # ------------------------------------------------------------------ the budget
 
     def scan(self) -> list[StoredFile]:
-        """Every entry under the root (all models: they share the budget); debris removed."""
-        entries = []
-        now = time.time()
-        try:
-            directories = [d for d in self.root.iterdir() if d.is_dir()]
-        except OSError:
-            return []
-        for directory in directories:
-            try:
-                files = {f.name: f for f in os.scandir(directory)}
-            except OSError:
-                continue
-            for fname, f in files.items():
-                stem = fname.rsplit(".", 1)[0]
-                try:
-                    st = f.stat()
-                except OSError:
-                    continue
-                if TMP_MARK in fname or (fname.endswith(DATA) and stem + ENTRY not in files):
-                    if now - st.st_mtime > ORPHAN_AGE_S:
-                        self._discard(Path(f.path))
-                    continue
-                if fname.endswith(ENTRY) and _NAME.match(stem):
-                    data = files.get(stem + DATA)
-                    try:
-                        nbytes = st.st_size + (data.stat().st_size if data else 0)
-                    except OSError:
-                        continue
-                    entries.append(StoredFile(directory, stem, nbytes, st.st_mtime))
-        return entries
+        return scan(self.root)
 
     def evict(self) -> None:
         for victim in lru_victims(self.scan(), self.budget_bytes):
-            self._remove(victim.directory, victim.name)
+            _remove(victim.directory, victim.name)
             self.counters.evicted += 1
 
     def clear(self) -> dict[str, int]:
         """Remove this model's entries on this node; what was removed."""
         removed = [e for e in self.scan() if e.directory == self.directory]
         for e in removed:
-            self._remove(e.directory, e.name)
+            _remove(e.directory, e.name)
         return {"entries": len(removed), "bytes": sum(e.nbytes for e in removed)}
 
     def stats(self) -> dict[str, Any]:
@@ -418,16 +381,65 @@ class DiskCache:
         return self.directory / (name + ENTRY), self.directory / (name + DATA)
 
     @staticmethod
-    def _remove(directory: Path, name: str) -> None:
-        # The entry first: a data file without its entry is never read, only swept up later.
-        DiskCache._discard(directory / (name + ENTRY), directory / (name + DATA))
-
-    @staticmethod
     def _touch(path: Path) -> None:
         try:
             os.utime(path)
         except OSError:
             pass
+
+
+def scan(root: Path) -> list[StoredFile]:
+    """Every entry under the root (all models: they share the budget); debris removed."""
+    entries = []
+    now = time.time()
+    try:
+        directories = [d for d in Path(root).iterdir() if d.is_dir()]
+    except OSError:
+        return []
+    for directory in directories:
+        try:
+            files = {f.name: f for f in os.scandir(directory)}
+        except OSError:
+            continue
+        for fname, f in files.items():
+            stem = fname.rsplit(".", 1)[0]
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            if TMP_MARK in fname or (fname.endswith(DATA) and stem + ENTRY not in files):
+                if now - st.st_mtime > ORPHAN_AGE_S:
+                    _discard(Path(f.path))
+                continue
+            if fname.endswith(ENTRY) and _NAME.match(stem):
+                data = files.get(stem + DATA)
+                try:
+                    nbytes = st.st_size + (data.stat().st_size if data else 0)
+                except OSError:
+                    continue
+                entries.append(StoredFile(directory, stem, nbytes, st.st_mtime))
+    return entries
+
+
+def clear_all(root: Path) -> dict[str, int]:
+    """Remove every entry under `root` (every model's, on this node); what was removed."""
+    removed = scan(root)
+    for e in removed:
+        _remove(e.directory, e.name)
+    return {"entries": len(removed), "bytes": sum(e.nbytes for e in removed)}
+
+
+def _discard(*paths: Path) -> None:
+    for p in paths:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def _remove(directory: Path, name: str) -> None:
+    # The entry first: a data file without its entry is never read, only swept up later.
+    _discard(directory / (name + ENTRY), directory / (name + DATA))
 
 
 def _check(entry: dict, data: bytes, tokens: list[int]) -> Optional[str]:

@@ -301,14 +301,6 @@ class LLMEngine(EngineThread[_Request]):
         cache = self.prefix_cache
         return cache.tiers() if cache is not None else {}
 
-    def clear_prompt_cache(self) -> dict[str, int]:
-        """Empty the disk tier of this model on this node; what was removed. (The RAM tier is
-        the engine thread's: it ages out by itself and cannot give a wrong answer.)"""
-        cache = self.prefix_cache
-        if cache is None or cache.disk is None:
-            return {"entries": 0, "bytes": 0}
-        return cache.disk.clear()
-
     def _apply_dtype_policy(self) -> None:
         """Dense float32 on the CPU backend where that is faster and fits (dtype_policy.py)."""
         from deployments.llm import dtype_policy

@@ -3,6 +3,8 @@ model list, and a load that fails on one replica puts the previous model back.""
 
 from __future__ import annotations
 
+import httpx
+
 from deployments.control.state import LOADED, Desired, ReplicaReport
 from deployments.ingress.app import create_app
 from graphs.config import GraphArgs
@@ -116,3 +118,20 @@ async def test_version_lists_the_engines_of_enabled_slots(tmp_path):
         categories == {"llm", "asr", "tts", "embeddings", "vlm"}
         and {"model": "whisper-tiny.en", "model_type": "asr"} in body["models_loaded"]
     )
+
+
+async def test_clearing_the_prompt_cache_asks_an_llm_replica_and_returns_its_answer(http, slots):
+    removed = {"replica": "llm-0", "entries": 3, "bytes": 4096}
+    slots["llm"].answers["clear_prompt_cache"] = lambda model=None: removed
+    r = await http.post("/v1/models/cache/clear")
+    assert r.status_code == 200 and r.json() == removed
+    assert slots["llm"].calls == [("clear_prompt_cache", (), None)]
+
+
+async def test_clearing_the_prompt_cache_without_an_llm_slot_is_slot_disabled(tmp_path):
+    slots = {name: client for name, client in default_slots().items() if name != "llm"}
+    config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path), llm={"enabled": False}), environ={})
+    app = create_app(ingress_state(config, slots))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        r = await http.post("/v1/models/cache/clear")
+    assert r.status_code == 404 and "llm.enabled is false" in r.json()["error"]["message"]

@@ -18,6 +18,7 @@ from deployments.llm.disk_cache import (
     DiskCache,
     LoadRule,
     StoredFile,
+    clear_all,
     entry_name,
     longest_stored_prefix,
     lru_victims,
@@ -199,8 +200,7 @@ def _write_in_process(root: str, tokens: list[int], barrier) -> None:
     barrier.wait()
     for _ in range(20):
         cache.write(tokens, payload_of(tokens))
-        for entry in cache.scan():  # start again: both race on every round
-            cache._remove(entry.directory, entry.name)
+        cache.clear()  # start again: both race on every round
     cache.write(tokens, payload_of(tokens))
 
 
@@ -293,11 +293,14 @@ def test_a_full_queue_drops_writes_instead_of_blocking(tmp_path):
     cache.close()
 
 
-def test_clear_removes_this_models_entries_only(tmp_path):
+def test_clear_removes_this_models_entries_only_and_clear_all_every_models(tmp_path):
     one, other = tier(tmp_path, key="one"), tier(tmp_path, key="other")
-    a, b = list(range(20)), list(range(100, 120))
+    a, b, c = list(range(20)), list(range(100, 120)), list(range(200, 220))
     one.write(a, payload_of(a))
     other.write(b, payload_of(b))
     removed = one.clear()
     assert removed["entries"] == 1 and removed["bytes"] > 0
     assert one.stats()["entries"] == 0 and other.stats()["entries"] == 1
+    one.write(c, payload_of(c))
+    assert clear_all(tmp_path)["entries"] == 2
+    assert one.stats()["entries"] == other.stats()["entries"] == 0

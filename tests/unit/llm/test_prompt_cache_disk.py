@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deployments.generation.sampling import SamplingParams
-from deployments.llm.disk_cache import DATA
+from deployments.llm.disk_cache import DATA, clear_all
 from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.prompts import chat_prompt
 from deployments.protocol.openai import ChatCompletionRequest
@@ -141,12 +141,12 @@ async def test_weights_changed_in_place_are_another_key(tiny_llm_dir, tmp_path):
         engine.shutdown()
 
 
-async def test_clearing_removes_the_models_entries(tiny_llm_dir, tmp_path):
+async def test_clearing_the_node_leaves_nothing_to_load(tiny_llm_dir, tmp_path):
     messages = conversation("What do moles eat?")
     await prefill_and_stop(tiny_llm_dir, tmp_path, messages)
     engine = await LLMEngine.start("model", tiny_llm_dir, config(tmp_path))
     try:
-        removed = engine.clear_prompt_cache()
+        removed = clear_all(tmp_path)  # what the replica does for POST /v1/models/cache/clear
         assert removed["entries"] >= 2 and removed["bytes"] > 0
         _, usage, _ = await chat(engine, messages)
         assert usage.prompt_tokens_details.cached_tokens == 0
