@@ -218,7 +218,7 @@ class DiskCache:
 
     def lookup(self, tokens: list[int], longer_than: int = 0) -> Optional[str]:
         """The longest stored prefix of `tokens` longer than `longer_than`, by name."""
-        if not self.enabled:
+        if not self.enabled or len(tokens) < self.min_tokens:  # nothing shorter is stored
             return None
         try:
             names = [n[: -len(ENTRY)] for n in os.listdir(self.directory) if n.endswith(ENTRY)]
@@ -294,7 +294,16 @@ class DiskCache:
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    def stop(self) -> None:
+        """Stop writing now, without waiting: what is queued is dropped (a failing tier)."""
+        self.writing = False
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:  # the writer drains the queue without writing, then waits: a daemon
+            pass
+
     def close(self) -> None:
+        """Write what is queued, then stop the writer."""
         if self._writer is not None:
             self._queue.put(None)
             self._writer.join(timeout=30)

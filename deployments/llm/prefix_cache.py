@@ -73,7 +73,7 @@ class PrefixCache:
     def plan(self, tokens: list[int], system_end: int = 0) -> PrefillPlan:
         cache, rest = self._lru.fetch_nearest_cache(self.model_key, tokens)
         cache, cached = _runnable(cache, len(tokens) - len(rest) if cache is not None else 0, tokens)
-        from_disk = self._from_disk(tokens, cached)
+        from_disk = self._guarded(self._from_disk, tokens, cached)
         if from_disk is not None:
             cache, cached = from_disk
             self.disk_cached_tokens += cached
@@ -109,8 +109,24 @@ class PrefixCache:
         if not tokens:
             return
         self._lru.insert_cache(self.model_key, list(tokens), cache, cache_type=kind)
+        self._guarded(self._to_disk, tokens, cache)
+
+    def _to_disk(self, tokens: list[int], cache: list[Any]) -> None:
         if self.disk is not None and self.disk.wants(tokens):
             self.disk.offer(tokens, snapshot(cache))
+
+    def _guarded(self, step, *args):
+        """A disk tier step; one that raises turns the disk tier off (the RAM tier and the
+        request go on: the tier only saves time)."""
+        if self.disk is None:
+            return None
+        try:
+            return step(*args)
+        except Exception:
+            logger.exception("The prompt cache's disk tier failed; it is turned off for this replica")
+            self.disk.stop()
+            self.disk = None
+            return None
 
     def trim_to(self, max_bytes: int) -> None:
         self._lru.trim_to(n_bytes=max_bytes)

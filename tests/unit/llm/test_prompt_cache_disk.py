@@ -169,3 +169,23 @@ async def test_smollm2_answers_from_the_disk_as_it_answers_cold(smollm2_dir, tmp
         assert text == first
     finally:
         engine.shutdown()
+
+
+async def test_a_failing_disk_tier_turns_itself_off_and_the_ram_tier_goes_on(tiny_llm_dir, tmp_path, cold, caplog):
+    engine = await LLMEngine.start("model", tiny_llm_dir, config(tmp_path))
+    try:
+
+        def broken(*args):
+            raise MemoryError("no room for a snapshot")
+
+        engine.prefix_cache.disk.offer = broken
+        messages = conversation("Can owls see in daylight?")
+        text, _, prompt = await chat(engine, messages)
+        assert engine.prefix_cache is not None and engine.prefix_cache.disk is None
+        assert "turned off for this replica" in caplog.text
+        again, usage, _ = await chat(engine, messages)  # the RAM tier still serves it
+        assert usage.prompt_tokens_details.cached_tokens == len(prompt.token_ids) - 1
+        assert again == text == (await chat(cold, messages))[0]
+        assert "disk" not in engine.prompt_cache_tiers()
+    finally:
+        engine.shutdown()
