@@ -183,7 +183,9 @@ def snapshot(cache: list[Any]) -> list[Any]:
     out = []
     for c in cache:
         if type(c) is KVCache and c.keys is not None and c.offset < c.keys.shape[2]:
-            c = KVCache.from_state((c.keys[..., : c.offset, :], c.values[..., : c.offset, :], c.offset))
+            # Contiguous here: the writer's save would otherwise copy a strided view itself.
+            keys, values = (mx.contiguous(a[..., : c.offset, :]) for a in (c.keys, c.values))
+            c = KVCache.from_state((keys, values, c.offset))
         out.append(c)
     mx.eval([a for _, a in tree_flatten([c.state for c in out]) if isinstance(a, mx.array)])
     return out

@@ -15,6 +15,7 @@ import pytest
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.disk_cache import DATA, clear_all
 from deployments.llm.engine import EngineConfig, LLMEngine
+from deployments.llm.prefix_cache import load_cache, save_cache, snapshot
 from deployments.llm.prompts import chat_prompt
 from deployments.protocol.openai import ChatCompletionRequest
 
@@ -189,3 +190,18 @@ async def test_a_failing_disk_tier_turns_itself_off_and_the_ram_tier_goes_on(tin
         assert "disk" not in engine.prompt_cache_tiers()
     finally:
         engine.shutdown()
+
+
+def test_a_snapshot_saves_only_the_filled_part_and_loads_back_equal(tmp_path):
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    cache = KVCache()
+    keys = mx.arange(6 * 5 * 4, dtype=mx.float32).reshape(1, 6, 5, 4)
+    cache.update_and_fetch(keys, keys + 1)  # a 256-slot buffer holding 5 positions
+    cache.trim(2)  # 3 left, as a trimmed RAM hit
+    path = str(tmp_path / "c.safetensors")
+    save_cache(path, snapshot([cache]))
+    (loaded,) = load_cache(path)
+    assert loaded.offset == 3 and loaded.keys.shape == (1, 6, 3, 4)
+    assert mx.array_equal(loaded.keys, keys[..., :3, :]) and mx.array_equal(loaded.values, keys[..., :3, :] + 1)
