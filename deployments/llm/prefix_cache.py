@@ -140,12 +140,14 @@ class PrefixCache:
         }
 
     def tiers(self) -> dict[str, Any]:
-        """Per tier: entries, bytes, hits (GET /metrics shows it per model)."""
+        """Per tier: entries, bytes, hits (GET /metrics shows it per model). Read from the
+        replica's event loop while the engine thread runs: the tier is read once."""
         ram = self.stats()
         ram["cached_tokens"] -= self.disk_cached_tokens
-        if self.disk is None:
+        tier = self.disk
+        if tier is None:
             return {"ram": ram}
-        disk = {**self.disk.stats(), "cached_tokens": self.disk_cached_tokens}
+        disk = {**tier.stats(), "cached_tokens": self.disk_cached_tokens}
         rule = self.load_rule
         disk["load_ms_per_1k_tokens"] = None if rule.load_s_per_token is None else rule.load_s_per_token * 1e6
         disk["prefill_ms_per_1k_tokens"] = None if rule.prefill_s_per_token is None else rule.prefill_s_per_token * 1e6
