@@ -31,8 +31,11 @@ class BenchCluster:
         import ray
         from ray import serve
 
+        from deployments.llm.disk_cache import PROMPT_CACHE_DIR, clear_all
         from graphs.serve import RAY_ENV_DEFAULTS
 
+        # The LLM prompt cache's disk tier outlives the graph: no run may start warm from the last.
+        clear_all(self.cache_dir / PROMPT_CACHE_DIR)
         os.environ.pop("RAY_ADDRESS", None)
         # Ray as `make serve` starts it (replicas not niced below the benchmark's own client).
         for name, value in RAY_ENV_DEFAULTS.items():
