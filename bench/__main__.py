@@ -18,7 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
-# On request: what the remote-CUDA route adds (no model); what the LLM prefix cache saves; what
+# On request: what the remote-CUDA route adds (no model); what the LLM prefix cache saves, and its
+# disk tier across a replica restart; what
 # affinity routing saves on two LLM replicas; Kokoro's CPU convolutions (in process: stock vs
 # GEMM kernels vs onnxruntime); the shipped config's replica footprint, its sustained TTS burst
 # and a replica's cold start; diarization quality (DER) on Kokoro dialogues, in process; streaming
@@ -32,6 +33,7 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
+    "restart",
     "affinity",
     "kokoro",
     "footprint",

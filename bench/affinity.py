@@ -6,7 +6,9 @@ another, every user turn pasting a passage (its history and answers resent as in
 no `prompt_cache_key`: the router keys them by their head). Reports, per router: the share of prompt tokens the replicas' prefix
 caches served (`usage.prompt_tokens_details.cached_tokens` / `prompt_tokens`) on the later turns
 and on all turns, and TTFT p50/p95 of the later turns. Every request does the same work (greedy,
-ignore_eos, token counts checked); both apps have the shipped LLM settings. On request:
+ignore_eos, token counts checked); both apps have the shipped LLM settings (the prompt cache's
+disk tier included, each app on its own cache dir, so a turn on the other replica may load its
+prefix from disk). On request:
 
     .venv/bin/python -m bench --scenarios affinity
 """
@@ -98,7 +100,11 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
         for name in SYSTEMS:
             app = f"bench-{name.replace('_', '-')}"
             options = {"LLM": {"num_replicas": REPLICAS, **_router_options(name)}}
-            url = cluster.deploy(app, {"llm": {"default_model": str(model_dir)}}, options)
+            # A cache dir per app: both run the same conversations, and the prompt cache's disk
+            # tier (shared by a node's replicas under the cache dir) must not carry one app's
+            # prefixes to the other.
+            args = {"cache_dir": str(work / app), "llm": {"default_model": str(model_dir)}}
+            url = cluster.deploy(app, args, options)
             apps.append(app)
             await wait_ready(url)
             calls[name] = lambda b, u=url: stream_chat(http, f"{u}/v1/chat/completions", b, keep_text=True)

@@ -31,8 +31,11 @@ class BenchCluster:
         import ray
         from ray import serve
 
+        from deployments.llm.disk_cache import PROMPT_CACHE_DIR, clear_all
         from graphs.serve import RAY_ENV_DEFAULTS
 
+        # The LLM prompt cache's disk tier outlives the graph: no run may start warm from the last.
+        clear_all(self.cache_dir / PROMPT_CACHE_DIR)
         os.environ.pop("RAY_ADDRESS", None)
         # Ray as `make serve` starts it (replicas not niced below the benchmark's own client).
         for name, value in RAY_ENV_DEFAULTS.items():
@@ -72,6 +75,28 @@ class BenchCluster:
         from ray import serve
 
         serve.delete(name)
+
+    def replica_names(self, app: str, deployment: str) -> set[str]:
+        import ray
+
+        prefix = f"SERVE_REPLICA::{app}#{deployment}#"
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)}
+
+    def restart_replicas(self, app: str, deployment: str, timeout_s: float = 300) -> None:
+        """Kill the deployment's replicas (as a crash would) and wait until Serve has started
+        others in their place (ready or not: the caller polls readiness)."""
+        import ray
+
+        old = self.replica_names(app, deployment)
+        for name in old:
+            ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            new = self.replica_names(app, deployment)
+            if new and new.isdisjoint(old):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{app}/{deployment}: no replica replaced the killed ones in {timeout_s} s")
 
     def replica_pids(self, app: str, deployment: str) -> list[int]:
         from deployments.ray_internals import live_actor_pids

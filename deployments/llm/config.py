@@ -44,6 +44,15 @@ class LLMSlotConfig(SlotModelsConfig):
         10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
     )
     prefix_cache_bytes: int = Field(2 << 30, ge=0, description="Memory the prefix cache and the running batch may hold")
+    disk_cache_bytes: int = Field(
+        4 << 30,
+        ge=0,
+        description="Disk the prompt cache's second tier may use under <cache_dir>/prompt-cache, shared by the "
+        "node's LLM replicas and kept across restarts (least recently used evicted); 0: off",
+    )
+    disk_cache_min_tokens: int = Field(
+        256, ge=1, description="Prompt caches of at least this many tokens are also written to the disk tier"
+    )
     cpu_dtype: Literal["auto", "float32", "keep"] = Field(
         "auto",
         description="On MLX's CPU backend: auto makes bf16/fp16/quantized weights dense float32 when the copy fits "
@@ -56,7 +65,8 @@ class LLMSlotConfig(SlotModelsConfig):
     def max_ongoing_requests(self) -> int:
         return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
 
-    def engine_config(self):
+    def engine_config(self, disk_cache_dir: Path | None = None):
+        """The engine's settings; the disk tier only with a directory (the replica's cache dir)."""
         from deployments.llm.engine import EngineConfig  # MLX: only where an engine starts
 
         return EngineConfig(
@@ -70,6 +80,9 @@ class LLMSlotConfig(SlotModelsConfig):
             cpu_dtype=self.cpu_dtype,
             cpu_upcast_max_bytes=self.cpu_upcast_max_bytes,
             max_n=self.max_n,
+            disk_cache_dir=str(disk_cache_dir) if disk_cache_dir else None,
+            disk_cache_bytes=self.disk_cache_bytes,
+            disk_cache_min_tokens=self.disk_cache_min_tokens,
         )
 
     def catalog_entry(self, cache_dir: Path) -> dict:

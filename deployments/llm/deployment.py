@@ -19,6 +19,7 @@ from ray.serve.config import RequestRouterConfig
 
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import checked_constraint
+from deployments.llm.disk_cache import PROMPT_CACHE_DIR, clear_all
 from deployments.llm.engine import LLMEngine
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
@@ -47,7 +48,9 @@ class LLMSlot(SlotReplica):
     metrics_class = GenerationMetrics
 
     async def start_engine(self, model_id: str, model_dir: Path) -> LLMEngine:
-        return await LLMEngine.start(model_id, model_dir, self.config.engine_config())
+        # The node's replicas share the cache dir, so they share the prompt cache's disk tier.
+        config = self.config.engine_config(disk_cache_dir=self.cache_dir / PROMPT_CACHE_DIR)
+        return await LLMEngine.start(model_id, model_dir, config)
 
     async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = await self.engine()
@@ -100,6 +103,16 @@ class LLMSlot(SlotReplica):
 
     def sample_gauges(self) -> None:
         self.metrics.sequences({e.model_id: e.sequence_counts() for e in self.models.engines()})
+
+    def engine_summary(self, engine: LLMEngine) -> dict:
+        """The engine's counters and its prompt cache per tier (GET /metrics)."""
+        return {**super().engine_summary(engine), "prompt_cache": engine.prompt_cache_tiers()}
+
+    async def clear_prompt_cache(self) -> dict:
+        """Empty the prompt cache's disk tier on this replica's node, every model's: the
+        entries and bytes removed (POST /v1/models/cache/clear)."""
+        removed = await asyncio.to_thread(clear_all, self.cache_dir / PROMPT_CACHE_DIR)
+        return {"replica": serve.get_replica_context().replica_id.unique_id, **removed}
 
     def stats(self) -> dict:
         """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""

@@ -38,8 +38,9 @@ from deployments.engine_thread import STOP, EngineThread, Message, unloaded
 from deployments.generation.output import OutputParser, ParsedText
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
+from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.logprobs import TokenBytes, entry
-from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache
+from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
@@ -62,6 +63,10 @@ class EngineConfig:
     cpu_dtype: str = "auto"  # auto | float32 | keep: deployments/llm/dtype_policy.py
     cpu_upcast_max_bytes: int = 4 << 30
     max_n: int = 8  # choices one request may ask for
+    # The prompt cache's disk tier (deployments/llm/disk_cache.py): None or 0 bytes turns it off.
+    disk_cache_dir: Optional[str] = None  # <cache_dir>/prompt-cache, shared by the node's replicas
+    disk_cache_bytes: int = 4 << 30
+    disk_cache_min_tokens: int = 256
 
 
 @dataclass
@@ -89,6 +94,7 @@ class _Request(Message):
     logprobs: Optional[int] = None  # alternatives per token's log-probability; None: none asked for
     guided: Optional[Guided] = None
     cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
+    admitted_at: float = 0.0  # when it joined the batch: its prefill time is measured from here
     keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
     # Choices 1..n-1 until the first has prefilled all of the prompt but its last token, and
     # how many of the first's segment ends that takes (see _share_point).
@@ -247,6 +253,8 @@ class LLMEngine(EngineThread[_Request]):
     def _release(self) -> None:
         self._model = None
         self._batch = None
+        if self.prefix_cache is not None:
+            self.prefix_cache.close()  # what the writer holds is written before the arrays go
         self.prefix_cache = None
 
     def _load(self) -> None:
@@ -267,10 +275,39 @@ class LLMEngine(EngineThread[_Request]):
             }
         if self.config.prefix_cache_entries > 0:
             self.prefix_cache = PrefixCache(
-                self.model_id, self.config.prefix_cache_entries, self.config.prefix_cache_bytes
+                self.model_id, self.config.prefix_cache_entries, self.config.prefix_cache_bytes, self._disk_tier()
             )
         self.token_bytes = TokenBytes(self.tokenizer)
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
+
+    def _disk_tier(self) -> Optional[DiskCache]:
+        """The prompt cache's disk tier for this model as loaded (its key names the files, the
+        dtype served and the chat template), or None when it is not configured."""
+        config = self.config
+        if not config.disk_cache_dir or config.disk_cache_bytes <= 0:
+            return None
+        from importlib.metadata import version
+
+        key = model_key(
+            self.model_id,
+            self.model_dir,
+            str(self.stats.get("weights")),
+            getattr(self.tokenizer, "chat_template", None),
+            extra=f"mlx-lm {version('mlx-lm')}",
+        )
+        return DiskCache(
+            Path(config.disk_cache_dir),
+            key,
+            config.disk_cache_bytes,
+            config.disk_cache_min_tokens,
+            save=save_cache,
+            load=load_cache,
+        )
+
+    def prompt_cache_tiers(self) -> dict[str, Any]:
+        """The prompt cache per tier (RAM, disk): entries, bytes, hits; {} when it is off."""
+        cache = self.prefix_cache
+        return cache.tiers() if cache is not None else {}
 
     def _apply_dtype_policy(self) -> None:
         """Dense float32 on the CPU backend where that is faster and fits (dtype_policy.py)."""
@@ -389,6 +426,7 @@ class LLMEngine(EngineThread[_Request]):
         token is left to run, else the first alone and the others once it has prefilled."""
         plan = self._plan_prefill(request.prompt)
         request.cached_tokens, request.keep_at_ends = plan.cached, plan.keep_at_ends
+        request.admitted_at = time.perf_counter()
         masks = request.guided.masks if request.guided else [None] * request.n
         choices = [_Sequence(request, i, mask) for i, mask in enumerate(masks)]
         request.ends_to_share = _share_point(plan.segments)
@@ -533,6 +571,10 @@ class LLMEngine(EngineThread[_Request]):
     ) -> object:
         """Feed one generated token to its sequence; say whether and how it ended."""
         seq.completion_tokens += 1
+        if seq.completion_tokens == 1 and seq.index == 0 and self.prefix_cache is not None:
+            request = seq.request
+            prefilled = len(request.prompt.token_ids) - request.cached_tokens
+            self.prefix_cache.prefilled(prefilled, time.perf_counter() - request.admitted_at)
         if seq.mask and seq.mask.error:
             return self._left_grammar(seq, finish_reason)
         detok = seq.detokenizer

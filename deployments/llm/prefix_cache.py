@@ -7,16 +7,28 @@ least-recently-used eviction by count and bytes), the way `mlx_lm.server` does, 
 - the end of the prompt but its last token (the whole history, for the next turn),
 - the end of a generation (the history plus the answer: what the next turn's prompt starts with).
 
+Behind it, optionally, a disk tier (deployments/llm/disk_cache.py) that every LLM replica of
+the node shares: a kept cache of at least `disk_cache_min_tokens` tokens is also written there
+in the background, and a prompt whose stored prefix on disk is longer than what RAM holds loads
+it instead of prefilling, when the tier's `LoadRule` says loading is faster on this machine.
+
 Used by the engine thread only (no locking). Plans are plain data so the logic is testable
 without a model.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from deployments.llm.disk_cache import DiskCache, LoadRule
+
+logger = logging.getLogger(__name__)
+
 SYSTEM, HISTORY, ANSWER = "system", "user", "assistant"  # mlx-lm's names for the three kinds
+DISK_ATTEMPTS = 3  # stored prefixes one prompt tries, longest first, when one proves bad
 
 
 @dataclass
@@ -47,35 +59,74 @@ def plan_segments(tokens: list[int], cached: int, system_end: int) -> tuple[list
 
 
 class PrefixCache:
-    def __init__(self, model_key: str, max_entries: int, max_bytes: int):
+    def __init__(self, model_key: str, max_entries: int, max_bytes: int, disk: Optional[DiskCache] = None):
         from mlx_lm.models.cache import LRUPromptCache
 
         self.model_key = model_key
         self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
         self.hits = 0
         self.cached_tokens = 0
+        self.disk = disk if disk is not None and disk.enabled else None
+        self.load_rule = LoadRule()
+        self.disk_cached_tokens = 0  # of cached_tokens, those the disk tier gave
 
     def plan(self, tokens: list[int], system_end: int = 0) -> PrefillPlan:
-        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
-
         cache, rest = self._lru.fetch_nearest_cache(self.model_key, tokens)
-        if cache is not None and not rest:
-            # The whole prompt is cached: the last token still has to run to give the logits.
-            if can_trim_prompt_cache(cache):
-                trim_prompt_cache(cache, 1)
-                rest = tokens[-1:]
-            else:
-                cache, rest = None, tokens
-        cached = len(tokens) - len(rest) if cache is not None else 0
+        cache, cached = _runnable(cache, len(tokens) - len(rest) if cache is not None else 0, tokens)
+        from_disk = self._guarded(self._from_disk, tokens, cached)
+        if from_disk is not None:
+            cache, cached = from_disk
+            self.disk_cached_tokens += cached
         if cached:
             self.hits += 1
             self.cached_tokens += cached
         segments, keep = plan_segments(tokens, cached, system_end)
         return PrefillPlan(cache if cached else None, cached, segments, keep)
 
+    def _from_disk(self, tokens: list[int], cached: int) -> Optional[tuple[list[Any], int]]:
+        """The disk tier's longest prefix of `tokens`, when it is longer than the `cached`
+        tokens RAM gave and loading it is measured faster than prefilling the difference."""
+        if self.disk is None:
+            return None
+        for _ in range(DISK_ATTEMPTS):  # a bad entry is removed: the next longest may be good
+            name = self.disk.lookup(tokens, longer_than=cached)
+            stored = int(name.split("-", 1)[0]) if name else 0
+            if not name or not self.load_rule.worth_loading(min(stored, len(tokens) - 1), cached):
+                return None
+            start = time.perf_counter()
+            found = self.disk.read(name, tokens)
+            if found is not None:
+                self.load_rule.loaded(found[1], time.perf_counter() - start)
+                cache, loaded = _runnable(*found, tokens)
+                return (cache, loaded) if loaded > cached else None
+        return None
+
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        """A prompt prefilled `tokens` in `seconds` (to its first token): the load rule learns."""
+        self.load_rule.prefilled(tokens, seconds)
+
     def keep(self, tokens: list[int], cache: list[Any], kind: str) -> None:
-        if tokens:
-            self._lru.insert_cache(self.model_key, list(tokens), cache, cache_type=kind)
+        if not tokens:
+            return
+        self._lru.insert_cache(self.model_key, list(tokens), cache, cache_type=kind)
+        self._guarded(self._to_disk, tokens, cache)
+
+    def _to_disk(self, tokens: list[int], cache: list[Any]) -> None:
+        if self.disk is not None and self.disk.wants(tokens):
+            self.disk.offer(tokens, snapshot(cache))
+
+    def _guarded(self, step, *args):
+        """A disk tier step; one that raises turns the disk tier off (the RAM tier and the
+        request go on: the tier only saves time)."""
+        if self.disk is None:
+            return None
+        try:
+            return step(*args)
+        except Exception:
+            logger.exception("The prompt cache's disk tier failed; it is turned off for this replica")
+            self.disk.stop()
+            self.disk = None
+            return None
 
     def trim_to(self, max_bytes: int) -> None:
         self._lru.trim_to(n_bytes=max_bytes)
@@ -87,3 +138,74 @@ class PrefixCache:
             "hits": self.hits,
             "cached_tokens": self.cached_tokens,
         }
+
+    def tiers(self) -> dict[str, Any]:
+        """Per tier: entries, bytes, hits (GET /metrics shows it per model). Read from the
+        replica's event loop while the engine thread runs: the tier is read once."""
+        ram = self.stats()
+        ram["cached_tokens"] -= self.disk_cached_tokens
+        tier = self.disk
+        if tier is None:
+            return {"ram": ram}
+        disk = {**tier.stats(), "cached_tokens": self.disk_cached_tokens}
+        rule = self.load_rule
+        disk["load_ms_per_1k_tokens"] = None if rule.load_s_per_token is None else rule.load_s_per_token * 1e6
+        disk["prefill_ms_per_1k_tokens"] = None if rule.prefill_s_per_token is None else rule.prefill_s_per_token * 1e6
+        return {"ram": ram, "disk": disk}
+
+    def close(self) -> None:
+        if self.disk is not None:
+            self.disk.close()
+
+
+def _runnable(cache: Optional[list[Any]], cached: int, tokens: list[int]) -> tuple[Optional[list[Any]], int]:
+    """A cache of `cached` tokens of the prompt as the batch can start from it: one that holds
+    the whole prompt loses its last token, which has to run to give the logits (or, when the
+    cache cannot be trimmed, is not used)."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+    if cache is None or cached <= 0:
+        return None, 0
+    if cached < len(tokens):
+        return cache, cached
+    if can_trim_prompt_cache(cache):
+        trim_prompt_cache(cache, cached - len(tokens) + 1)
+        return cache, len(tokens) - 1
+    return None, 0
+
+
+def snapshot(cache: list[Any]) -> list[Any]:
+    """A copy of `cache` ready for the disk tier's writer thread: only the filled part of each
+    KV buffer, evaluated here, on the engine thread, so the writer runs no MLX computation
+    (MLX work stays on the thread that owns the model: deployments/engine_thread.py)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models.cache import KVCache
+
+    out = []
+    for c in cache:
+        if type(c) is KVCache and c.keys is not None and c.offset < c.keys.shape[2]:
+            # Contiguous here: the writer's save would otherwise copy a strided view itself.
+            keys, values = (mx.contiguous(a[..., : c.offset, :]) for a in (c.keys, c.values))
+            c = KVCache.from_state((keys, values, c.offset))
+        out.append(c)
+    mx.eval([a for _, a in tree_flatten([c.state for c in out]) if isinstance(a, mx.array)])
+    return out
+
+
+def save_cache(path: str, cache: list[Any]) -> None:
+    """The disk tier's `save`: mlx-lm's prompt cache file (safetensors)."""
+    from mlx_lm.models.cache import save_prompt_cache
+
+    save_prompt_cache(path, cache)
+
+
+def load_cache(path: str) -> list[Any]:
+    """The disk tier's `load`, evaluated so that its time is the load's, not the first step's."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models.cache import load_prompt_cache
+
+    cache = load_prompt_cache(path)
+    mx.eval([a for _, a in tree_flatten([c.state for c in cache]) if isinstance(a, mx.array)])
+    return cache

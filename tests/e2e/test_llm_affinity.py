@@ -6,7 +6,8 @@ that it never moves a session, however hot, is tested in process (tests/unit/rou
 
 Runs one more application ("affinity": two LLM replicas of the tiny model, tiny CPU shares) in
 the session's cluster. Which replica served a request is read from each replica's own counters,
-through a handle whose `replica_key` names that replica.
+through a handle whose `replica_key` names that replica. Its replicas share the session's cache
+dir, so the prompt cache's disk tier too.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+import uuid
 from contextlib import AsyncExitStack
 
 import httpx
 import pytest
 
+from deployments.llm.disk_cache import PROMPT_CACHE_DIR
 from tests.assertions import only_slots, wait_for
 
 TINY = "ominix-tiny-qwen3"
@@ -125,6 +128,31 @@ def test_a_conversation_stays_on_the_replica_that_caches_it(affinity):
             previous_prompt = usage["prompt_tokens"]
             history.append({"role": "assistant", "content": answer["choices"][0]["message"]["content"]})
         assert len(replicas) == 1, (conv, replicas)
+
+
+def test_a_turn_on_the_other_replica_starts_from_the_prefix_on_disk(affinity, cache_dir):
+    """The replicas share the node's prompt-cache directory (deployments/llm/disk_cache.py): a
+    conversation's next turn that lands on the replica that never saw it (another routing key,
+    as a client without one may get) prefills only what the disk does not hold."""
+    http, ids, _ = affinity
+    history = [
+        {"role": "system", "content": f"Session {uuid.uuid4().hex}. " + "Be brief and exact. " * 60},
+        {"role": "user", "content": "Name a river."},
+    ]
+    first, answer = served_by(ids, lambda: chat(http, history, prompt_cache_key="disk-0"))
+    prompt = answer["usage"]["prompt_tokens"]
+    # The history's cache (all of the prompt but its last token), written in the background.
+    wait_for(lambda: list((cache_dir / PROMPT_CACHE_DIR).rglob(f"{prompt - 1:08d}-*.json")), 30)
+    history += [
+        {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "And another?"},
+    ]
+    for k in range(1, 24):  # keys until one lands on the other replica
+        replica, answer = served_by(ids, lambda k=k: chat(http, history, prompt_cache_key=f"disk-{k}"))
+        if replica != first:
+            break
+    assert replica != first, "every key stayed on one replica"
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= prompt - 1, answer["usage"]
 
 
 def test_user_and_session_header_and_prefix_keep_affinity_too(affinity):

@@ -3,6 +3,8 @@ model list, and a load that fails on one replica puts the previous model back.""
 
 from __future__ import annotations
 
+import httpx
+
 from deployments.control.state import LOADED, Desired, ReplicaReport
 from deployments.ingress.app import create_app
 from graphs.config import GraphArgs
@@ -148,3 +150,20 @@ def test_replicas_that_agree_are_told_once():
 
     same = {"blas": OPENBLAS, "warnings": [NO_FFMPEG]}
     assert system_summary([same, dict(same), {"blas": None}]) == {"blas": [OPENBLAS], "warnings": [NO_FFMPEG]}
+
+
+async def test_clearing_the_prompt_cache_asks_an_llm_replica_and_returns_its_answer(http, slots):
+    removed = {"replica": "llm-0", "entries": 3, "bytes": 4096}
+    slots["llm"].answers["clear_prompt_cache"] = lambda model=None: removed
+    r = await http.post("/v1/models/cache/clear")
+    assert r.status_code == 200 and r.json() == removed
+    assert slots["llm"].calls == [("clear_prompt_cache", (), None)]
+
+
+async def test_clearing_the_prompt_cache_without_an_llm_slot_is_slot_disabled(tmp_path):
+    slots = {name: client for name, client in default_slots().items() if name != "llm"}
+    config = GraphArgs.from_args(shipped_args(cache_dir=str(tmp_path), llm={"enabled": False}), environ={})
+    app = create_app(ingress_state(config, slots))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        r = await http.post("/v1/models/cache/clear")
+    assert r.status_code == 404 and "llm.enabled is false" in r.json()["error"]["message"]

@@ -1,5 +1,6 @@
 """Operating the slots at runtime: readiness, per-replica status, load/unload, disk report,
-version and capabilities (OminiX-API's /readyz, /v1/models/status|load|unload|report, /version).
+version and capabilities (OminiX-API's /readyz, /v1/models/status|load|unload|report, /version),
+and clearing the LLM prompt cache's disk tier (/v1/models/cache/clear).
 The work is ServingModels' (ingress/serving/models.py); these routes parse and answer.
 """
 
@@ -51,6 +52,12 @@ async def unload_model(request: UnloadRequest, state: IngressState = Depends(ing
 @router.get("/v1/models/report")
 async def models_report(state: IngressState = Depends(ingress_state)):
     return await ServingModels(state).report()
+
+
+@router.post("/v1/models/cache/clear")
+async def clear_prompt_cache(state: IngressState = Depends(ingress_state)):
+    """Empty the LLM prompt cache's disk tier on the node of the replica that answers."""
+    return await ServingModels(state).clear_prompt_cache()
 
 
 @router.get("/v1/version")

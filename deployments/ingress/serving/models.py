@@ -184,6 +184,12 @@ class ServingModels:
             results[slot] = [{"replica_id": r.replica_id, "freed_bytes": r.freed_bytes or 0} for r in replicas]
         return UnloadResponse(unloaded=results)
 
+    async def clear_prompt_cache(self) -> dict[str, Any]:
+        """POST /v1/models/cache/clear: the LLM replica that answers empties the prompt cache's
+        disk tier of the models it holds, on its node (the node's replicas share it:
+        deployments/llm/disk_cache.py); RAM tiers age out by themselves."""
+        return await self.state.slot("llm").call("clear_prompt_cache")
+
     def models_dirs(self) -> dict[str, Optional[str]]:
         return {slot: spec.models_dir for slot, spec in self.state.catalog.slots.items() if spec.models_dir}
 
