@@ -35,11 +35,11 @@ def slot(tmp_path):
     slot.library = VoiceLibrary(tmp_path / "voices.json")
     cloner = engine("pocket", clone=True)
 
-    async def get(model_id):
+    async def use(model_id):  # ReplicaModels.use: the clone model, leased for the request
         assert model_id == "pocket"
         return cloner
 
-    slot.models = SimpleNamespace(get=get)
+    slot.models = SimpleNamespace(use=use)
     (tmp_path / "a.wav").write_bytes(b"")
     for name, model in (("fitted", "kokoro"), ("conditioned", "pocket")):
         pack = tmp_path / f"{name}.safetensors"
