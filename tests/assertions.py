@@ -1,5 +1,6 @@
 """Assertions and waits every test layer shares (in-process ingress tests and the live graph)."""
 
+import json
 import time
 
 
@@ -33,3 +34,15 @@ def only_slots(*names: str) -> dict:
     from deployments.slots import SLOTS
 
     return {slot: {"enabled": False} for slot in SLOTS if slot not in names}
+
+
+async def ws_tts_audio(ws) -> bytes:
+    """The audio of one `task_continue` on the WebSocket TTS protocol (MiniMax T2A): every
+    `task_progress` event's hex chunk up to the final one; any other event fails the test."""
+    audio = b""
+    while True:
+        message = json.loads(await ws.recv())
+        assert message["event"] == "task_progress", message
+        if message["is_final"]:
+            return audio
+        audio += bytes.fromhex(message["data"]["audio"])

@@ -14,7 +14,7 @@ import soundfile as sf
 import websockets
 
 from deployments.tts.tiny_model import TINY_TTS_ID
-from tests.assertions import assert_openai_error
+from tests.assertions import assert_openai_error, ws_tts_audio
 from tests.corpus.bad_audio import (
     ASR,
     HTTP_CASES,
@@ -130,11 +130,5 @@ async def test_websocket_still_synthesizes_after_the_corpus(ws_url, replicas_bef
     async with websockets.connect(ws_url) as ws:
         await ws.recv()
         await ws.send(json.dumps({"event": "task_continue", "text": TEXT}))
-        audio = b""
-        while True:
-            message = json.loads(await ws.recv())
-            assert message["event"] == "task_progress"
-            if message["is_final"]:
-                break
-            audio += bytes.fromhex(message["data"]["audio"])
+        audio = await ws_tts_audio(ws)
         assert len(audio) > 0 and len(audio) % 2 == 0

@@ -11,6 +11,8 @@ import time
 import httpx
 import pytest
 
+from tests.assertions import ws_tts_audio
+
 MODEL = "ominix-tiny-qwen3"
 TINY_TTS = {"model": "ominix-tiny-pocket-tts"}
 TINY_TTS_START = json.dumps({"event": "task_start", **TINY_TTS})
@@ -270,13 +272,7 @@ async def test_64_concurrent_mixed_clients_get_complete_answers_or_429(server, h
                 await ws.send(json.dumps({"event": "task_start", **TINY_TTS, "voice_setting": {"voice_id": "alba"}}))
                 assert json.loads(await ws.recv())["event"] == "task_started"
                 await ws.send(json.dumps({"event": "task_continue", "text": LOAD_TEXT}))
-                pcm = b""
-                while True:
-                    message = json.loads(await ws.recv())
-                    assert message["event"] == "task_progress", message
-                    if message["is_final"]:
-                        break
-                    pcm += bytes.fromhex(message["data"]["audio"])
+                pcm = await ws_tts_audio(ws)
                 assert pcm == expected_pcm
                 await ws.send(json.dumps({"event": "task_finish"}))
             ok("speech_ws")

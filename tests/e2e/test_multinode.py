@@ -38,7 +38,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.assertions import only_slots, wait_for
+from tests.assertions import only_slots, wait_for, ws_tts_audio
 
 pytestmark = pytest.mark.slow
 
@@ -391,13 +391,7 @@ async def test_wss_websocket_tts_with_the_self_signed_certificate(cluster):
         await ws.send(json.dumps({**start, "audio_setting": {"format": "wav"}}))
         assert json.loads(await ws.recv())["sample_rate"] == 24000
         await ws.send(json.dumps({"event": "task_continue", "text": "Hello over TLS. The audio is encrypted."}))
-        audio = b""
-        while True:
-            message = json.loads(await ws.recv())
-            assert message["event"] == "task_progress", message
-            if message["is_final"]:
-                break
-            audio += bytes.fromhex(message["data"]["audio"])
+        audio = await ws_tts_audio(ws)
         await ws.send(json.dumps({"event": "task_finish"}))
     assert audio[:4] == b"RIFF" and len(audio) > 44 + 2400  # a WAV stream with at least 0.05 s of audio
     with pytest.raises(ssl.SSLError):  # an untrusting client refuses the self-signed certificate

@@ -13,7 +13,7 @@ import openai
 import pytest
 import websockets
 
-from tests.assertions import only_slots
+from tests.assertions import only_slots, ws_tts_audio
 
 KEY = "test-key-123"
 
@@ -119,13 +119,7 @@ def _ws_url(http_url: str) -> str:
 async def _synthesizes(ws) -> bytes:
     assert json.loads(await ws.recv()) == {"event": "connected_success"}
     await ws.send(json.dumps({"event": "task_continue", "text": "Hello there, keyed world."}))
-    audio = b""
-    while True:
-        message = json.loads(await ws.recv())
-        assert message["event"] == "task_progress", message
-        if message["is_final"]:
-            return audio
-        audio += bytes.fromhex(message["data"]["audio"])
+    return await ws_tts_audio(ws)
 
 
 @pytest.mark.parametrize(

@@ -157,20 +157,20 @@ async def test_an_unreachable_control_plane_costs_the_answer_nothing(tmp_path, c
 
 
 async def test_status_shows_each_models_times_and_timeout(tmp_path):
+    loaded = {
+        "id": "ominix-tiny-qwen3",
+        "loaded_at": 1000.0,
+        "last_used_at": 1010.0,
+        "in_use": 0,
+        "idle_unload_s": 3.0,
+        "unload_at": 1013.0,
+    }
+
     class TimedControl(FakeControl):
         def _status(self, model=None):
             status = super()._status()
             status["llm"]["desired"]["keep_alive"] = {"ominix-tiny-qwen3": 3.0}
-            status["llm"]["replicas"][0]["models"] = [
-                {
-                    "id": "ominix-tiny-qwen3",
-                    "loaded_at": 1000.0,
-                    "last_used_at": 1010.0,
-                    "in_use": 0,
-                    "idle_unload_s": 3.0,
-                    "unload_at": 1013.0,
-                }
-            ]
+            status["llm"]["replicas"][0]["models"] = [dict(loaded)]
             return status
 
     http, _, _ = client(lambda slots: TimedControl(DEFAULTS), tmp_path=tmp_path)
@@ -179,11 +179,4 @@ async def test_status_shows_each_models_times_and_timeout(tmp_path):
     assert status["slots"]["llm"]["keep_alive"] == {"ominix-tiny-qwen3": 3.0}
     assert status["slots"]["asr"]["keep_alive"] == {}
     (row,) = status["slots"]["llm"]["replicas"][0]["models"]
-    assert row == {
-        "id": "ominix-tiny-qwen3",
-        "loaded_at": 1000.0,
-        "last_used_at": 1010.0,
-        "in_use": 0,
-        "idle_unload_s": 3.0,
-        "unload_at": 1013.0,
-    }
+    assert row == loaded

@@ -12,28 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from deployments.generation.sampling import SamplingParams
 from deployments.llm.disk_cache import DATA, clear_all
 from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.prefix_cache import load_cache, save_cache, snapshot
-from deployments.llm.prompts import chat_prompt
-from deployments.protocol.openai import ChatCompletionRequest
+from tests.unit.llm.test_prefix_cache import chat  # one greedy chat through an engine
 
 SYSTEM_PROMPT = "You are a careful assistant who answers questions about animals in the wood. " * 6
 
 
 def config(disk_dir: Path, **kw) -> EngineConfig:
     return EngineConfig(disk_cache_dir=str(disk_dir), disk_cache_min_tokens=16, **kw)
-
-
-async def chat(engine, messages, max_tokens=12):
-    request = ChatCompletionRequest(messages=messages, max_tokens=max_tokens, temperature=0, ignore_eos=True)
-    prompt = chat_prompt(engine.tokenizer, request)
-    text, last = "", None
-    async for chunk in engine.generate(prompt, SamplingParams.from_request(request, max_tokens, {})):
-        text += chunk.content + chunk.reasoning_content
-        last = chunk
-    return text, last.usage, prompt
 
 
 def conversation(user: str) -> list[dict]:
