@@ -66,7 +66,9 @@ def test_ready_with_the_configured_default_on_both_replicas(managed):
     client, _ = managed
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["sglang_cuda"] == {"configured": False}
-    assert ready["slots"]["llm"] == {"ready": True, "model": TINY, "replicas": 2}
+    llm = ready["slots"]["llm"]
+    assert {k: llm[k] for k in ("ready", "model", "replicas")} == {"ready": True, "model": TINY, "replicas": 2}
+    assert llm["blas"] == ["openblas"] and llm["warnings"] == []  # both replicas on the fast BLAS
     assert [r["default_model"] for r in replicas(client)] == [TINY, TINY]
     assert all(r["memory"]["mlx_active_bytes"] > 0 for r in replicas(client))
 
