@@ -1,9 +1,7 @@
 """Schemathesis against the ingress's own /openapi.json, in process: `create_app()` over the fake
 slots and a fake Control (tests/ingress/conftest.py, tests/ingress/test_models.py), every
-operation of the schema, two checks on every generated request:
-
-- `not_a_server_error`: no 5xx, whatever is sent;
-- `negative_data_rejection`: a request the schema calls invalid is refused (4xx), never served.
+operation of the schema, every generated request checked by tests/schema_fuzz.py's `checks_for`:
+no 5xx, and a request the schema calls invalid refused with a 4xx, never served.
 
 The coverage phase sends, field by field, the schema's boundary values, wrong types, missing
 required fields and values outside an enum (deterministic, the kind of case the hand-written
@@ -19,13 +17,12 @@ import tempfile
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from deployments.ingress.app import create_app
 from graphs.config import GraphArgs
 from tests.ingress.conftest import default_slots, ingress_state, shipped_args
 from tests.ingress.test_models import DEFAULTS, FakeControl
+from tests.schema_fuzz import checks_for
 
 CONFIG = schemathesis.Config.from_dict(
     {"generation": {"mode": "all"}, "phases": {"examples": {"enabled": True}, "coverage": {"enabled": True}}}
@@ -50,18 +47,6 @@ schema = schemathesis.openapi.from_dict(_openapi(), config=CONFIG)
 def fuzz_app(tmp_path):
     """One app per operation: the examples of one operation share it (what they store stays)."""
     return _shipped_app(str(tmp_path))
-
-
-def checks_for(case) -> list:
-    """A multipart form carries text parts and files only: a wrong JSON type cannot be sent in
-    one (1 and null arrive as the strings "1" and "null", an empty list as no part), and
-    Schemathesis's reading of the sent form does not model repeated fields as lists or file
-    parts, so it reports forms that are valid on the wire as accepted invalid data. Multipart
-    requests are checked for 5xx only; their invalid values (formats, ranges, speaker options,
-    broken forms) are tests/corpus/bad_audio.py's."""
-    if (case.media_type or "").startswith("multipart/"):
-        return [not_a_server_error]
-    return [not_a_server_error, negative_data_rejection]
 
 
 @schema.parametrize()
