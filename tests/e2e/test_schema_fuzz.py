@@ -46,9 +46,9 @@ NEGATIVE_ONLY = {
     "POST /v1/audio/tts/sovits",
     "POST /v1/agent/stream",
 }
-# Routes that generate text or read audio: both kinds of request, two of each kind, valid ones
-# with their token budget cut (`_bounded`); random bytes as audio are refused by the ASR slot's
-# decoder in milliseconds.
+# Routes that generate text or read audio: two requests, valid or invalid, a valid one with its
+# token budget cut (`_bounded`); random bytes as audio are refused by the ASR slot's decoder in
+# milliseconds.
 EXPENSIVE = {
     "POST /v1/chat/completions",
     "POST /v1/completions",
