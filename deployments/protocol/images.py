@@ -55,7 +55,8 @@ def decode_image_base64(data: str) -> bytes:
 class ImageGenerationRequest(BaseModel):
     # Unknown OpenAI fields (quality, style, background, moderation, user) are accepted and
     # ignored, as OminiX-API does with quality.
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # strict: the JSON types /openapi.json publishes, as RequestModel (deployments/protocol/openai.py)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
     prompt: str
     model: Optional[str] = None
@@ -167,7 +168,7 @@ class ImagesResponse(BaseModel):
 
 
 class QuantizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
     model_id: str = Field(..., min_length=1, validation_alias=AliasChoices("model_id", "model"))
     bits: Literal[3, 4, 5, 6, 8] = 8  # OminiX-API quantizes FLUX to 8 bit

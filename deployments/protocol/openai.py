@@ -49,7 +49,10 @@ def random_id(prefix: str) -> str:
 
 
 class RequestModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # strict: a field takes the JSON type /openapi.json publishes for it and no other (lax
+    # pydantic served `"stream": 0` as false and `"max_tokens": "5"` as 5, which OpenAI refuses;
+    # tests/ingress/test_schema_fuzz.py sends such values).
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class RefusingRequest(RequestModel):

@@ -18,7 +18,8 @@ DEFAULT_RESPONSE_FORMAT: ResponseFormat = "wav"
 class SpeechRequest(BaseModel):
     """OpenAI's speech request plus OminiX-API's and MiniInfer's extensions."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # strict: the JSON types /openapi.json publishes, as RequestModel (deployments/protocol/openai.py)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
     input: str
     model: Optional[str] = None

@@ -17,44 +17,34 @@ CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 GOOD_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 GOOD_COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
 
+# What the schema itself can say is wrong (a JSON type it does not allow, a value outside its
+# bounds or enum, a required field missing) Schemathesis's coverage phase sends field by field
+# (tests/ingress/test_schema_fuzz.py), with the same checks: a 4xx, the OpenAI error body, no
+# slot reached. Those cases left this corpus; what stays is what the schema cannot express or
+# the coverage phase does not send: values the schema allows that the ingress or a slot refuses
+# (unknown models, paths, too many stop sequences, token ids outside the vocabulary), NaN and
+# Infinity (not JSON), bounds it leaves out, broken bodies, content types, routes and methods.
 BAD_VALUES = {
-    "model": [1, [], {}, True, "gpt-4o", "../../etc/passwd", "/etc/passwd", "x" * 100_000],
-    "max_tokens": ["x", -5, 0, 1.5, 10**12, [], {}],
-    "temperature": ["hot", -1, 2.5, float("nan"), float("inf"), []],
-    "top_p": [0, -0.1, 1.5, "x", float("nan")],
-    "top_k": [-1, "x", 1.5],
-    "min_p": [2, -1, "x"],
-    "frequency_penalty": [5, -3, "x"],
-    "presence_penalty": [5, -3, "x"],
-    "repetition_penalty": [0, -1, "x"],
-    "stop": [1, [1, 2], {}, [""], ["a"] * 17],
-    "n": [0, 9, -1, "two"],  # 9: over llm.max_n (8)
-    "stream": ["maybe", 2, {}, []],
-    "seed": ["x", 1.5, []],
-    "logit_bias": [[], "x", {"a": 1}, {"99999999": 1}, {"1": "high"}],
-    "stream_options": ["x", {"include_usage": "maybe"}, 5],
+    "model": ["gpt-4o", "../../etc/passwd", "/etc/passwd", "x" * 100_000],
+    "max_tokens": [1.5, 10**12],
+    "temperature": [-1, float("nan"), float("inf")],
+    "top_p": [0, float("nan")],
+    "min_p": [2, -1],
+    "frequency_penalty": [5, -3],
+    "presence_penalty": [5, -3],
+    "repetition_penalty": [0, -1],
+    "stop": [[""], ["a"] * 17],
+    "n": [9],  # over llm.max_n (8)
+    "logit_bias": [{"a": 1}, {"99999999": 1}],
 }
 CHAT_ONLY = {
     "messages": [
-        [],
-        {},
-        "hi",
-        [1],
-        [{"role": "x", "content": "a"}],
-        [{"content": "no role"}],
-        [{"role": "user", "content": {"a": 1}}],
-        [{"role": "user", "content": [{"type": "video"}]}],
         [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}],
-        None,
     ],
-    "tools": ["x", [{"type": "function"}], [{"function": {}}], [1]],
-    "max_completion_tokens": [0, "x", -1],
-    "chat_template_kwargs": ["x", [1]],
 }
 COMPLETION_ONLY = {
-    "prompt": [[], {}, 5, [[]], ["a", "b"], None, [-1], [10**9], "", "word " * 6000],
+    "prompt": [[], ["a", "b"], [-1], [10**9], "", "word " * 6000],
     "suffix": ["tail"],
-    "echo": ["loud", {}],
 }
 RAW_BODIES = [
     b"",
@@ -78,12 +68,6 @@ def corpus():
         for field, values in {**BAD_VALUES, **only}.items():
             for i, value in enumerate(values):
                 cases.append(pytest.param(route, {"json_body": {**good, field: value}}, id=f"{route}-{field}-{i}"))
-        for field in good:
-            if field != "max_tokens":
-                body = {k: v for k, v in good.items() if k != field}
-                if field == "model":
-                    continue  # the model is optional: the slot's default is used
-                cases.append(pytest.param(route, {"json_body": body}, id=f"{route}-missing-{field}"))
         for i, raw in enumerate(RAW_BODIES):
             cases.append(pytest.param(route, {"content": raw}, id=f"{route}-raw-{i}"))
         for ctype in (
@@ -119,14 +103,14 @@ CASES = corpus()
 # long once tokenized), token ids and logit_bias entries outside the model's vocabulary.
 SLOT_CHECKED = frozenset(
     {
-        "/v1/chat/completions-max_tokens-4",
-        "/v1/chat/completions-logit_bias-3",
-        "/v1/completions-max_tokens-4",
-        "/v1/completions-logit_bias-3",
-        "/v1/completions-prompt-6",
-        "/v1/completions-prompt-7",
-        "/v1/completions-prompt-8",
-        "/v1/completions-prompt-9",
+        "/v1/chat/completions-max_tokens-1",
+        "/v1/chat/completions-logit_bias-1",
+        "/v1/completions-max_tokens-1",
+        "/v1/completions-logit_bias-1",
+        "/v1/completions-prompt-2",
+        "/v1/completions-prompt-3",
+        "/v1/completions-prompt-4",
+        "/v1/completions-prompt-5",
     }
 )
 

@@ -10,7 +10,8 @@ from tests.corpus.bad_text import CASES, SLOT_CHECKED, assert_openai_4xx, reques
 
 
 def test_corpus_is_big_enough():
-    assert len(CASES) >= 200 and SLOT_CHECKED <= {case.id for case in CASES}
+    # ~100 once the schema's own kinds of bad value moved to tests/ingress/test_schema_fuzz.py
+    assert len(CASES) >= 100 and SLOT_CHECKED <= {case.id for case in CASES}
 
 
 @pytest.mark.parametrize("path, spec", CASES)
