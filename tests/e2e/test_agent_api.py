@@ -124,8 +124,11 @@ def test_a_client_hang_up_stops_the_generation_and_the_synthesis(single_replicas
     client = single_replicas
     wait_for(lambda: _in_flight(client) == (0, 0), timeout_s=60)
     aborted, jobs = _engine_totals(client, "llm", "aborted"), _engine_totals(client, "tts", "jobs")
-    # The random-weight tiny LLM, greedy: this prompt runs on for hundreds of tokens.
-    body = {"input": "hi", "max_tokens": 4000, "temperature": 0, "voice": "marius"}
+    # The random-weight tiny LLM, greedy: this input runs on to max_tokens (no EOS, no tag the
+    # output parser acts on), so the LLM is still writing when the client hangs up, however
+    # slowly a loaded machine streams. ("hi" ends after 354 tokens: on a busy CI box the
+    # generation was over before the first audio arrived, and nothing was left to abort.)
+    body = {"input": "Tell me a story.", "max_tokens": 4000, "temperature": 0, "voice": "marius"}
     seen = []
     with InFlightLog(str(client.base_url)) as log:
         with client.stream("POST", "/v1/agent/stream", json=body) as r:
