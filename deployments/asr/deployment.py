@@ -124,7 +124,7 @@ class ASRSlot(SlotReplica):
         if diarizer is not None:
             boundaries = [s.end for s in result.segments]
             speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
-            result.label_speakers(speakers.speaker_of, speakers.labels)
+            result.label_speakers(speakers.speaker_of, speakers.labels_of)
         self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
 
@@ -157,7 +157,7 @@ class ASRSlot(SlotReplica):
         if diarizer is not None:
             boundaries = [s.end for s in result.segments]
             speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
-            result.label_speakers(speakers.speaker_of, speakers.labels)
+            result.label_speakers(speakers.speaker_of, speakers.labels_of)
             for event in diarized_json(result)["segments"]:
                 yield event
         self.metrics.transcribed(engine.model_id, duration, time.perf_counter() - started)
@@ -173,7 +173,9 @@ class ASRSlot(SlotReplica):
             language=params.language,
             prompt=params.prompt,
             temperature=params.temperature,
-            word_timestamps=params.word_timestamps,
+            # Diarized: word times, so segments are timed as the words are and cut where the
+            # speaker changes (Transcript.label_speakers); the words are shown only if asked.
+            word_timestamps=params.word_timestamps or params.diarized,
             task=params.task,
         )
         engine.check_options(options)
@@ -198,7 +200,9 @@ class ASRSlot(SlotReplica):
         """A new session on the request's model; its sid names this replica. `diarize`: each
         segment gets a speaker (the diarization engine starts here, so turned off is a 400 now)."""
         engine = await self.engine()
-        options = TranscribeOptions(language=language)
+        # Diarized: word times, so each utterance's segments are timed by its words and cut
+        # where the speaker changes (StreamSession.segments).
+        options = TranscribeOptions(language=language, word_timestamps=diarize)
         engine.check_options(options)
         speakers = None
         if diarize:

@@ -233,11 +233,11 @@ class SessionHost:
         if session.speakers is not None and text:  # an empty text is noise: no voice to learn
             pieces, embeddings = await self._voices(cut.audio, [s.end for s in transcript.segments])
             session.speakers.add(cut.start / RATE, pieces, embeddings)
-        session.finalised(cut, text)
+        session.finalised(cut, text, transcript.words() if session.speakers is not None else None)
         self.stats["finals"] += 1
         final = {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
         if session.speakers is not None:  # provisional: the clustering of what was heard so far
-            final["speaker"] = session.speakers.speaker_of(cut.start / RATE, cut.end / RATE)
+            final["speaker"] = session.opening_speaker()
         return final
 
     def _start_partial(self, live: LiveSession) -> None:

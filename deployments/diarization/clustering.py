@@ -10,12 +10,12 @@ weigh more than short ones, which embed less reliably.
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
+from deployments.diarization.spans import letters
 from deployments.similarity import cosine, unit_rows
 
 
@@ -81,18 +81,6 @@ def nearest(embeddings: np.ndarray, centres: np.ndarray) -> list[int]:
     return np.argmin(cosine_distances(embeddings, centres), axis=1).tolist()
 
 
-def letters(n: int) -> list[str]:
-    """OpenAI's labels for unknown speakers: A, B, ..., Z, AA, AB, ..."""
-    out, alphabet = [], string.ascii_uppercase
-    for k in range(n):
-        label, k = "", k + 1
-        while k:
-            k, r = divmod(k - 1, 26)
-            label = alphabet[r] + label
-        out.append(label)
-    return out
-
-
 def name_speakers(centres: np.ndarray, known: Mapping[str, np.ndarray], max_distance: float) -> list[str]:
     """A label per cluster: the known speaker whose reference embedding is closest, if within
     `max_distance`, each name used once (best matches first); the other clusters get letters in
@@ -107,7 +95,7 @@ def name_speakers(centres: np.ndarray, known: Mapping[str, np.ndarray], max_dist
                 break
             if names[c] is None and refs[r] not in names:
                 names[c] = refs[r]
-    spare = iter(label for label in letters(len(centres) + len(known)) if label not in known)
+    spare = iter(letters(len(centres), known))
     return [name if name is not None else next(spare) for name in names]
 
 

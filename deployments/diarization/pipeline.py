@@ -55,13 +55,13 @@ class Diarizer:
         duration = len(samples) / RATE
         pieces, embeddings = self.voice_pieces(samples, config, boundaries)
         if not pieces:
-            return Diarization([], [], duration)
+            return Diarization([], [], duration, frozenset(known or ()))
         weights = [p.duration for p in pieces]
         labels = cluster(embeddings, weights, config, count)
         names = clustering.name_speakers(
             clustering.centroids(embeddings, labels, weights), known or {}, config.known_max_distance
         )
-        return Diarization(turns(pieces, labels, config.join_gap_s), names, duration)
+        return Diarization(turns(pieces, labels, config.join_gap_s), names, duration, frozenset(known or ()))
 
     def voice_pieces(
         self, samples: np.ndarray, config: DiarizationConfig, boundaries: Sequence[float] = ()

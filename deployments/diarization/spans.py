@@ -10,8 +10,9 @@ for long.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import string
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -87,14 +88,37 @@ def speaker_of(start: float, end: float, speaker_turns: Sequence[Turn]) -> int |
     return min(speaker_turns, key=lambda t: max(t.start - middle, middle - t.end, 0.0)).speaker
 
 
+def letters(n: int, skip: Collection[str] = ()) -> list[str]:
+    """OpenAI's labels for unknown speakers: A, B, ..., Z, AA, AB, ..., `n` of them, leaving
+    out those in `skip` (known speakers' names)."""
+    out, alphabet, k = [], string.ascii_uppercase, 0
+    while len(out) < n:
+        label, k = "", k + 1
+        rest = k
+        while rest:
+            rest, r = divmod(rest - 1, 26)
+            label = alphabet[r] + label
+        if label not in skip:
+            out.append(label)
+    return out
+
+
 @dataclass
 class Diarization:
     """The turns (speaker = 0-based cluster index, in order of first speech) and each cluster's
-    label: a known speaker's name, else A, B, ..."""
+    label: a known speaker's name (those in `known`), else A, B, ..."""
 
     turns: list[Turn]
     labels: list[str]
     duration: float
+    known: frozenset[str] = field(default_factory=frozenset)
+
+    def labels_of(self, clusters: Sequence[int]) -> list[str]:
+        """The labels of `clusters`, the speakers an answer names, in that order: known names
+        kept, the others lettered again A, B, ... in this order (an answer that names two of
+        three clusters says A and B, whichever clusters they are)."""
+        spare = iter(letters(len(clusters), self.known))
+        return [self.labels[c] if self.labels[c] in self.known else next(spare) for c in clusters]
 
     @property
     def speakers(self) -> int:

@@ -126,7 +126,9 @@ def test_streamed_diarized_json_through_the_sdk(client, talk):
     assert deltas and kinds == ["TranscriptionTextDeltaEvent"] * deltas + ["TranscriptionTextSegmentEvent"] * len(
         segments
     ) + ["TranscriptionTextDoneEvent"], kinds
-    assert [e.segment_id for e in events[:deltas]] == [s.id for s in segments]
+    # A decoded segment cut where the speaker changes keeps its id on its first part (seg_3),
+    # the later parts are seg_3_1, ...: every delta names the segment its text went to first.
+    assert [e.segment_id for e in events[:deltas]] == [s.id for s in segments if s.id.count("_") == 1]
     assert {s.speaker for s in segments} == {"A", "B"}
     assert segment_speakers_right(d, [(s.start, s.end, s.speaker) for s in segments]) >= 0.8, segments
     done = events[-1]
