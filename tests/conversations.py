@@ -95,13 +95,16 @@ class DER:
     total: float
 
 
-def der(reference: Turns, hypothesis: Turns, collar: float = COLLAR_S) -> DER:
+def der(reference: Turns, hypothesis: Turns, collar: float = COLLAR_S, duration: float = 30.0) -> DER:
     """DER with the optimal speaker mapping, overlapped speech scored, `collar` s around every
-    reference boundary left out (pyannote.metrics.diarization.DiarizationErrorRate)."""
+    reference boundary left out, over the recording's `duration` (the UEM)
+    (pyannote.metrics.diarization.DiarizationErrorRate)."""
+    from pyannote.core import Segment, Timeline
     from pyannote.metrics.diarization import DiarizationErrorRate
 
     metric = DiarizationErrorRate(collar=2 * collar, skip_overlap=False)  # pyannote's collar is the total width
-    c = metric(annotation(reference), annotation(hypothesis), detailed=True)
+    uem = Timeline([Segment(0.0, duration)])
+    c = metric(annotation(reference), annotation(hypothesis), uem=uem, detailed=True)
     return DER(
         float(c["diarization error rate"]),
         float(c["missed detection"]),

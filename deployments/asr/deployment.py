@@ -7,7 +7,7 @@ batched forward pass for whisper. Models are multiplexed per replica as in the L
 
 Speaker diarization runs here too, on a `DiarizationEngine` thread of its own (Silero VAD and
 the GE2E encoder, ~6 MB, loaded on the first diarized request): the decoded samples and the
-transcript's segment boundaries are already in this process, so nothing crosses a handle twice,
+transcript's word times are already in this process, so nothing crosses a handle twice,
 and diarized transcriptions scale with the ASR slot's replicas. /v1/audio/diarization (no
 transcript) uses the same engine.
 
@@ -122,8 +122,7 @@ class ASRSlot(SlotReplica):
         engine, options, samples = await self._request_audio(params, audio, server_path)
         result = await self._decode_samples(engine, options, samples)
         if diarizer is not None:
-            boundaries = [s.end for s in result.segments]
-            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
+            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references)
             result.label_speakers(speakers.speaker_of, speakers.labels_of)
         self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
@@ -155,8 +154,7 @@ class ASRSlot(SlotReplica):
                 decoded.append(segment)
         result = Transcript.join(decoded, options.language, duration)
         if diarizer is not None:
-            boundaries = [s.end for s in result.segments]
-            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
+            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references)
             result.label_speakers(speakers.speaker_of, speakers.labels_of)
             for event in diarized_json(result)["segments"]:
                 yield event
@@ -210,10 +208,10 @@ class ASRSlot(SlotReplica):
             speakers = SpeakerTrack(self.config.diarization_config())
         return await self.streams.create(engine, options, overrides, speakers)
 
-    async def _utterance_voices(self, samples: np.ndarray, boundaries: list[float]) -> tuple[list[Span], np.ndarray]:
+    async def _utterance_voices(self, samples: np.ndarray) -> tuple[list[Span], np.ndarray]:
         """A diarized session's utterance (16 kHz): its voice pieces and their embeddings."""
         diarizer = await self.diarizer()
-        return await diarizer.voices(VoicesJob(samples, self.config.diarization_config(), boundaries))
+        return await diarizer.voices(VoicesJob(samples, self.config.diarization_config()))
 
     async def stream_feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
         return await self.streams.feed(sid, pcm, finish)
@@ -239,7 +237,7 @@ class ASRSlot(SlotReplica):
         """Who spoke when in uploaded bytes (POST /v1/audio/diarization)."""
         diarizer = await self.diarizer()
         samples = await self._decode(audio, 16000)
-        return await self._diarize(diarizer, samples, 16000, params, references, [])
+        return await self._diarize(diarizer, samples, 16000, params, references)
 
     async def diarizer(self) -> DiarizationEngine:
         """This replica's diarization engine, started on first use."""
@@ -261,10 +259,9 @@ class ASRSlot(SlotReplica):
         rate: int,
         options: SpeakerOptions,
         references: Optional[dict[str, np.ndarray]],
-        boundaries: list[float],
     ) -> Diarization:
         count = SpeakerCount(options.num_speakers, options.min_speakers, options.max_speakers)
-        job = DiarizeJob(samples, rate, self.config.diarization_config(), count, boundaries, references or {})
+        job = DiarizeJob(samples, rate, self.config.diarization_config(), count, references or {})
         return await diarizer.diarize(job)
 
     async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:

@@ -1,18 +1,20 @@
-"""The time side of diarization: which pieces of a recording get an embedding, and how labelled
-pieces become speaker turns and label a transcript's segments. Pure Python, times in seconds.
+"""The time side of diarization: which pieces of a recording get an embedding, how labelled
+pieces become speaker turns, and how turns label a transcript's segments. Times in seconds.
 
-Pieces come from the VAD's speech spans, cut further where an ASR segment ends inside a span
-(Whisper starts a new segment at a change of speaker more often than the VAD sees a pause), and
-spans longer than a window cut into equal windows, so one embedding never averages two voices
-for long.
+Pieces are sliding windows over the VAD's speech spans, overlapping, so that a change of voice inside a span falls near the middle of some
+window. Each moment of speech then gets the speaker its covering windows vote for, the windows
+weighing most at their middle (`voted_turns`): on real calls turns are 0.1-0.5 s apart and a
+span of the VAD often holds several of them.
 """
 
 from __future__ import annotations
 
 import math
 import string
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -37,27 +39,17 @@ class Turn:
     speaker: int
 
 
-def cut_at(spans: Sequence[Span], boundaries: Iterable[float], min_piece_s: float) -> list[Span]:
-    """`spans` cut at each boundary inside them that leaves pieces of at least `min_piece_s`."""
-    cuts = sorted(set(boundaries))
+def windows(spans: Sequence[Span], window_s: float, hop_s: float) -> list[Span]:
+    """Windows of `window_s` every `hop_s` over each span, the last one ending where the span
+    ends; a span no longer than a window is one piece."""
     out = []
     for span in spans:
-        start = span.start
-        for t in cuts:
-            if start + min_piece_s <= t <= span.end - min_piece_s:
-                out.append(Span(start, t))
-                start = t
-        out.append(Span(start, span.end))
-    return out
-
-
-def windows(spans: Sequence[Span], max_s: float) -> list[Span]:
-    """Spans longer than `max_s` split into the fewest equal windows no longer than it."""
-    out = []
-    for span in spans:
-        n = max(1, math.ceil(span.duration / max_s - 1e-9))
-        step = span.duration / n
-        out += [Span(span.start + k * step, span.start + (k + 1) * step) for k in range(n)]
+        if span.duration <= window_s + 1e-9:
+            out.append(span)
+            continue
+        n = math.ceil((span.duration - window_s) / hop_s - 1e-9)
+        out += [Span(span.start + k * hop_s, span.start + k * hop_s + window_s) for k in range(n)]
+        out.append(Span(span.end - window_s, span.end))
     return out
 
 
@@ -71,6 +63,27 @@ def turns(spans: Sequence[Span], labels: Sequence[int], max_gap_s: float) -> lis
         else:
             out.append(Turn(span.start, span.end, label))
     return out
+
+
+def voted_turns(pieces: Sequence[Span], labels: Sequence[int], frame_s: float, max_gap_s: float) -> list[Turn]:
+    """Who speaks at each moment covered by `pieces` (overlapping windows, each labelled): in
+    every frame of `frame_s`, the label with most votes, a window voting with a weight that
+    falls from 1 at its middle to ~0 at its edges (where the next voice may already speak).
+    Runs of one speaker's frames become turns, joined over pauses up to `max_gap_s`."""
+    if not pieces:
+        return []
+    n = math.ceil(max(p.end for p in pieces) / frame_s) + 1
+    votes = np.zeros((n, max(labels) + 1))
+    for piece, label in zip(pieces, labels):
+        first = int(round(piece.start / frame_s))
+        last = max(int(round(piece.end / frame_s)), first + 1)
+        middles = (np.arange(first, last) + 0.5) * frame_s
+        half = max(piece.duration / 2, frame_s)
+        votes[first:last, label] += np.clip(1 - np.abs(middles - (piece.start + piece.end) / 2) / half, 1e-3, 1)
+    frames = [(k * frame_s, (k + 1) * frame_s) for k in range(n)]
+    spoken = np.flatnonzero(votes.sum(axis=1) > 0)
+    winners = votes.argmax(axis=1)
+    return turns([Span(*frames[k]) for k in spoken], [int(winners[k]) for k in spoken], max_gap_s)
 
 
 def speaker_of(start: float, end: float, speaker_turns: Sequence[Turn]) -> int | None:
@@ -112,6 +125,15 @@ class Diarization:
     labels: list[str]
     duration: float
     known: frozenset[str] = field(default_factory=frozenset)
+
+    def voiced(self) -> Diarization:
+        """The same, with only the clusters that have turns (a cluster can lose every moment
+        to its neighbours' votes), renumbered in order of first speech and lettered again."""
+        order: dict[int, int] = {}
+        for t in self.turns:
+            order.setdefault(t.speaker, len(order))
+        renamed = [Turn(t.start, t.end, order[t.speaker]) for t in self.turns]
+        return Diarization(renamed, self.labels_of(list(order)), self.duration, self.known)
 
     def labels_of(self, clusters: Sequence[int]) -> list[str]:
         """The labels of `clusters`, the speakers an answer names, in that order: known names

@@ -235,7 +235,7 @@ def test_a_diarized_utterance_is_timed_by_its_words_and_cut_where_the_voice_chan
         words = [Word(" Hello?", 0.1, 0.4), Word(" Hi,", 0.6, 0.8), Word(" there.", 0.8, 0.9)]
         return Transcript.join([Segment(0, 0.0, 1.0, " Hello? Hi, there.", words=words)], "en", 1.0)
 
-    async def two_voices(samples, boundaries):  # the first half one voice, the second another
+    async def two_voices(samples):  # the first half one voice, the second another
         half = len(samples) / 16000 / 2
         return [Span(0.0, half), Span(half, 2 * half)], np.array([[1.0, 0.0], [0.0, 1.0]])
 
