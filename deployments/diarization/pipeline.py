@@ -90,22 +90,26 @@ class Diarizer:
     def embed_pieces(self, samples: np.ndarray, pieces: Sequence[Span]) -> np.ndarray:
         """Each piece's voice, embedded over its own mel frames (no padding to the 1.6 s partial
         resemblyzer pads to: a short window would embed silence too), pieces of one length
-        batched together."""
+        batched together. At most `BATCH` pieces' frames wait at a time, whatever the length of
+        the recording."""
         out = np.zeros((len(pieces), 256), np.float32)
-        by_length: dict[int, list[int]] = {}
-        mels = []
-        done_s, logged = 0.0, 0.0
+        waiting: dict[int, list[tuple[int, np.ndarray]]] = {}  # by length in frames
+
+        def flush(length: int) -> None:
+            batch = waiting.pop(length)
+            out[[i for i, _ in batch]] = self.encoder.embed_partials(np.stack([mel for _, mel in batch]))
+
+        logged = 0.0
         for i, piece in enumerate(pieces):
             clip = normalize_volume(samples[int(piece.start * RATE) : int(piece.end * RATE)])
             frames = max(1, int(piece.duration * FRAMES_PER_S))
-            mels.append(mel_power_spectrogram(clip, RATE, N_FFT, HOP, N_MELS)[:frames])
-            by_length.setdefault(len(mels[-1]), []).append(i)
-            done_s = piece.end
-            if done_s - logged >= LOG_EVERY_S:
-                logger.info("Diarization: %.0f s of %.0f s of audio windowed", done_s, pieces[-1].end)
-                logged = done_s
-        for indices in by_length.values():
-            for first in range(0, len(indices), BATCH):
-                batch = indices[first : first + BATCH]
-                out[batch] = self.encoder.embed_partials(np.stack([mels[i] for i in batch]))
+            mel = mel_power_spectrogram(clip, RATE, N_FFT, HOP, N_MELS)[:frames]
+            waiting.setdefault(len(mel), []).append((i, mel))
+            if sum(len(b) for b in waiting.values()) >= BATCH:
+                flush(max(waiting, key=lambda k: len(waiting[k])))
+            if piece.end - logged >= LOG_EVERY_S:
+                logger.info("Diarization: %.0f s of %.0f s of audio windowed", piece.end, pieces[-1].end)
+                logged = piece.end
+        for length in list(waiting):
+            flush(length)
         return out
