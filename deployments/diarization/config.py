@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 SPEAKER_MODEL_ID = "resemblyzer-ge2e"  # the speaker-embedding model diarization runs
@@ -15,6 +15,8 @@ DEFAULT_THRESHOLD = 0.28
 @dataclass(frozen=True)
 class DiarizationConfig:
     threshold: float = DEFAULT_THRESHOLD  # clusters farther apart (mean cosine distance) are different speakers
+    narrowband_share: float = 2e-4  # at most this share of energy above 4.2 kHz: a telephone band ...
+    narrowband_offset: float = 0.02  # ... where voices embed closer: the threshold is lowered by this
     known_max_distance: float = DEFAULT_THRESHOLD  # a cluster this close to a reference gets its name
     vad_threshold: float = 0.35  # Silero's speech probability; lower than its 0.5: far-field room speech
     vad_level_dbfs: float = -26.0  # quiet recordings are raised to this RMS level before the VAD
@@ -27,6 +29,10 @@ class DiarizationConfig:
     max_clustered: int = 3000  # at most this many windows are clustered (memory: the square of it)
     frame_s: float = 0.05  # the resolution of the speaker of each moment (windows vote)
     join_gap_s: float = 0.3  # one speaker's speech this close forms one turn
+
+    def for_narrowband(self) -> DiarizationConfig:
+        """The settings for a telephone-band recording (deployments/diarization/band.py)."""
+        return replace(self, threshold=self.threshold - self.narrowband_offset)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from deployments.audio.resample import resample
 from deployments.audio_models.silero_vad import SileroConfig, default_vad, speech_segments
 from deployments.audio_models.speaker_encoder import HOP, N_FFT, N_MELS, default_encoder, normalize_volume
 from deployments.diarization import clustering
+from deployments.diarization.band import narrowband
 from deployments.diarization.clustering import cluster
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
 from deployments.diarization.spans import Diarization, Span, voted_turns, windows
@@ -69,6 +70,8 @@ class Diarizer:
         if rate != RATE:
             samples = resample(samples, rate, RATE)
         duration = len(samples) / RATE
+        if narrowband(samples, RATE, config.narrowband_share):
+            config = config.for_narrowband()
         pieces, embeddings = self.voice_pieces(samples, config)
         if not pieces:
             return Diarization([], [], duration, frozenset(known or ()))
