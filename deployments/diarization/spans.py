@@ -80,10 +80,11 @@ def voted_turns(pieces: Sequence[Span], labels: Sequence[int], frame_s: float, m
         middles = (np.arange(first, last) + 0.5) * frame_s
         half = max(piece.duration / 2, frame_s)
         votes[first:last, label] += np.clip(1 - np.abs(middles - (piece.start + piece.end) / 2) / half, 1e-3, 1)
-    frames = [(k * frame_s, (k + 1) * frame_s) for k in range(n)]
-    spoken = np.flatnonzero(votes.sum(axis=1) > 0)
-    winners = votes.argmax(axis=1)
-    return turns([Span(*frames[k]) for k in spoken], [int(winners[k]) for k in spoken], max_gap_s)
+    winners = np.where(votes.sum(axis=1) > 0, votes.argmax(axis=1), -1)  # -1: nobody
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(winners)) + 1])  # runs of one winner
+    ends = np.concatenate([starts[1:], [n]])
+    runs = [(Span(a * frame_s, b * frame_s), int(winners[a])) for a, b in zip(starts, ends) if winners[a] >= 0]
+    return turns([span for span, _ in runs], [label for _, label in runs], max_gap_s)
 
 
 def speaker_of(start: float, end: float, speaker_turns: Sequence[Turn]) -> int | None:
