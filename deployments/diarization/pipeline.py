@@ -1,11 +1,11 @@
-"""Who spoke when in one recording: Silero VAD spans, sliding GE2E
-windows over them, average-linkage clustering of the windows, each moment's speaker voted by
-the windows that cover it, known speakers named by distance.
+"""Who spoke when in one recording: Silero VAD spans, sliding GE2E windows over them,
+average-linkage clustering of the windows (at a lower threshold on a telephone band), each
+moment's speaker voted by the windows that cover it, known speakers named by distance.
 
 Windows shorter than `min_embed_s` (a span shorter than a window) embed unreliably: they are
 left out of the clustering and join the nearest speaker afterwards. Long recordings: windows
-are embedded span by span in bounded batches, with progress in the log, and at most
-`max_clustered` of them are clustered. No Ray; MLX through the two models.
+are embedded in bounded batches, with progress in the log, and at most `max_clustered` of
+them are clustered. No Ray; MLX through the two models.
 """
 
 from __future__ import annotations
