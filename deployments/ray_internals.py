@@ -103,3 +103,24 @@ async def queue_lens(router: Any, replicas: list) -> dict[str, Optional[int]]:
         for r, q in await router._probe_queue_lens(missing, 0):
             loads[r.replica_id.unique_id] = q
     return loads
+
+
+async def replica_states(app: str, deployment: str) -> Optional[dict[str, str]]:
+    """Serve's own state of each replica of one deployment (replica unique id -> RUNNING,
+    STARTING, ...), or None when it cannot be read (not inside Serve, the private API moved).
+
+    The public `serve.status()` gives counts only, and readiness must tell a replica Serve routes
+    to from a crashed one whose last report to Control is still fresh (deployments/control/
+    state.py keeps reports for STALE_AFTER_S) or from a new one still starting: measured by
+    bench/restart.py, /readyz said ready right after a kill and the next request waited seconds
+    for the replacement replica to load its model."""
+    try:
+        import ray
+        from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+        controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        details = await controller.get_deployment_details.remote(app, deployment)
+        return {r.replica_id: getattr(r.state, "value", str(r.state)) for r in details.replicas}
+    except Exception as e:
+        logger.debug("Could not read Serve's replica states of %s/%s: %s", app, deployment, e)
+        return None

@@ -109,7 +109,7 @@ class ASRSlotConfig(SlotModelsConfig):
         DEFAULT_THRESHOLD,
         gt=0,
         lt=2,
-        description="Cosine distance above which two voices are different speakers (lower: more speakers)",
+        description="Mean cosine distance (average linkage) above which two voices are different speakers (lower: more speakers)",
     )
     stream_max_sessions: int = Field(
         32, ge=1, description="Live streaming sessions per replica (POST /v1/audio/stream/sessions); beyond: 429"

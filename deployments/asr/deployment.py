@@ -7,7 +7,7 @@ batched forward pass for whisper. Models are multiplexed per replica as in the L
 
 Speaker diarization runs here too, on a `DiarizationEngine` thread of its own (Silero VAD and
 the GE2E encoder, ~6 MB, loaded on the first diarized request): the decoded samples and the
-transcript's segment boundaries are already in this process, so nothing crosses a handle twice,
+transcript's word times are already in this process, so nothing crosses a handle twice,
 and diarized transcriptions scale with the ASR slot's replicas. /v1/audio/diarization (no
 transcript) uses the same engine.
 
@@ -125,9 +125,8 @@ class ASRSlot(SlotReplica):
         engine, options, samples = await self._request_audio(params, audio, server_path)
         result = await self._decode_samples(engine, options, samples)
         if diarizer is not None:
-            boundaries = [s.end for s in result.segments]
-            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
-            result.label_speakers(speakers.speaker_of, speakers.labels)
+            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references)
+            result.label_speakers(speakers.speaker_of, speakers.labels_of)
         self.metrics.transcribed(engine.model_id, len(samples) / engine.sample_rate, time.perf_counter() - started)
         return result
 
@@ -158,9 +157,8 @@ class ASRSlot(SlotReplica):
                 decoded.append(segment)
         result = Transcript.join(decoded, options.language, duration)
         if diarizer is not None:
-            boundaries = [s.end for s in result.segments]
-            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references, boundaries)
-            result.label_speakers(speakers.speaker_of, speakers.labels)
+            speakers = await self._diarize(diarizer, samples, engine.sample_rate, params, references)
+            result.label_speakers(speakers.speaker_of, speakers.labels_of)
             for event in diarized_json(result)["segments"]:
                 yield event
         self.metrics.transcribed(engine.model_id, duration, time.perf_counter() - started)
@@ -176,7 +174,9 @@ class ASRSlot(SlotReplica):
             language=params.language,
             prompt=params.prompt,
             temperature=params.temperature,
-            word_timestamps=params.word_timestamps,
+            # Diarized: word times, so segments are timed as the words are and cut where the
+            # speaker changes (Transcript.label_speakers); the words are shown only if asked.
+            word_timestamps=params.word_timestamps or params.diarized,
             task=params.task,
         )
         engine.check_options(options)
@@ -201,7 +201,9 @@ class ASRSlot(SlotReplica):
         """A new session on the request's model; its sid names this replica. `diarize`: each
         segment gets a speaker (the diarization engine starts here, so turned off is a 400 now)."""
         engine = await self.engine()
-        options = TranscribeOptions(language=language)
+        # Diarized: word times, so each utterance's segments are timed by its words and cut
+        # where the speaker changes (StreamSession.segments).
+        options = TranscribeOptions(language=language, word_timestamps=diarize)
         engine.check_options(options)
         speakers = None
         if diarize:
@@ -209,10 +211,10 @@ class ASRSlot(SlotReplica):
             speakers = SpeakerTrack(self.config.diarization_config())
         return await self.streams.create(engine, options, overrides, speakers)
 
-    async def _utterance_voices(self, samples: np.ndarray, boundaries: list[float]) -> tuple[list[Span], np.ndarray]:
+    async def _utterance_voices(self, samples: np.ndarray) -> tuple[list[Span], np.ndarray]:
         """A diarized session's utterance (16 kHz): its voice pieces and their embeddings."""
         diarizer = await self.diarizer()
-        return await diarizer.voices(VoicesJob(samples, self.config.diarization_config(), boundaries))
+        return await diarizer.voices(VoicesJob(samples, self.config.diarization_config()))
 
     async def stream_feed(self, sid: str, pcm: bytes, finish: bool = False) -> dict:
         return await self.streams.feed(sid, pcm, finish)
@@ -238,7 +240,7 @@ class ASRSlot(SlotReplica):
         """Who spoke when in uploaded bytes (POST /v1/audio/diarization)."""
         diarizer = await self.diarizer()
         samples = await self._decode(audio, 16000)
-        return await self._diarize(diarizer, samples, 16000, params, references, [])
+        return await self._diarize(diarizer, samples, 16000, params, references)
 
     async def diarizer(self) -> DiarizationEngine:
         """This replica's diarization engine, started on first use."""
@@ -260,10 +262,9 @@ class ASRSlot(SlotReplica):
         rate: int,
         options: SpeakerOptions,
         references: Optional[dict[str, np.ndarray]],
-        boundaries: list[float],
     ) -> Diarization:
         count = SpeakerCount(options.num_speakers, options.min_speakers, options.max_speakers)
-        job = DiarizeJob(samples, rate, self.config.diarization_config(), count, boundaries, references or {})
+        job = DiarizeJob(samples, rate, self.config.diarization_config(), count, references or {})
         return await diarizer.diarize(job)
 
     async def _decode(self, data: bytes, sample_rate: int) -> np.ndarray:

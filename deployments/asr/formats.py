@@ -67,7 +67,13 @@ def verbose_json(transcript: Transcript, include_words: bool) -> dict[str, Any]:
 def diarized_json(transcript: Transcript) -> dict[str, Any]:
     labels = transcript.speaker_labels or []
     segments = [
-        DiarizedSegment(id=segment_id(s.id), start=s.start, end=s.end, text=s.text.strip(), speaker=_label(s, labels))
+        DiarizedSegment(
+            id=segment_id(s.id if s.origin is None else s.origin, s.part),
+            start=s.start,
+            end=s.end,
+            text=s.text.strip(),
+            speaker=_label(s, labels),
+        )
         for s in transcript.segments
     ]
     body = DiarizedTranscription(
@@ -79,9 +85,12 @@ def diarized_json(transcript: Transcript) -> dict[str, Any]:
     return body.model_dump()
 
 
-def segment_id(index: int) -> str:
-    """A diarized segment's id (OpenAI's `seg_<n>`; streamed deltas name theirs by it)."""
-    return f"seg_{index}"
+def segment_id(index: int, part: int = 0) -> str:
+    """A diarized segment's id (OpenAI's `seg_<n>`; streamed deltas name theirs by it, as they
+    are decoded). A decoded segment cut where the speaker changes keeps its id on its first
+    part; the later parts are `seg_<n>_<part>`, so every delta still names the segment its text
+    went to first."""
+    return f"seg_{index}" if part == 0 else f"seg_{index}_{part}"
 
 
 def _label(segment: Segment, labels: list[str]) -> str:
@@ -90,7 +99,8 @@ def _label(segment: Segment, labels: list[str]) -> str:
 
 def _segment_json(segment: Segment) -> dict[str, Any]:
     data = asdict(segment)
-    data.pop("words")
+    for internal in ("words", "origin", "part"):
+        data.pop(internal)
     return data
 
 

@@ -20,9 +20,10 @@ deployments/asr/hypothesis.py) in the background: a chunk is answered at once wi
 hypothesis ready, so its round trip is the VAD's milliseconds, not a decode; a session has at
 most one hypothesis in flight, and one of an utterance that has ended is cancelled or dropped.
 
-A diarized session (created with a `SpeakerTrack`) also sends each finalised utterance, with its
-Whisper segment ends, to `voices(samples, boundaries)` (the replica's diarization engine: voice
-pieces and their GE2E embeddings); the track clusters them (deployments/diarization/track.py).
+A diarized session (created with a `SpeakerTrack`) also sends each finalised utterance to
+`voices(samples)` (the replica's diarization engine: voice pieces and their GE2E embeddings);
+the track clusters them (deployments/diarization/track.py), and the utterance's word times
+place its segments (StreamSession.segments).
 
 Ray-free: the deployment passes in its replica id and its decode, engine and voice lookups.
 """
@@ -59,7 +60,7 @@ logger = logging.getLogger("ray.serve")
 Decode = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[Any]]  # -> Transcript
 Hypothesise = Callable[[Any, TranscribeOptions, np.ndarray], Awaitable[str]]
 EngineFor = Callable[[str], Awaitable[Any]]
-Voices = Callable[[np.ndarray, list[float]], Awaitable[tuple[list[Span], np.ndarray]]]  # pieces, embeddings
+Voices = Callable[[np.ndarray], Awaitable[tuple[list[Span], np.ndarray]]]  # pieces, embeddings
 
 
 @dataclass
@@ -239,13 +240,13 @@ class SessionHost:
         text = transcript.text.strip()
         session = live.session
         if session.speakers is not None and text:  # an empty text is noise: no voice to learn
-            pieces, embeddings = await self._voices(cut.audio, [s.end for s in transcript.segments])
+            pieces, embeddings = await self._voices(cut.audio)
             session.speakers.add(cut.start / RATE, pieces, embeddings)
-        session.finalised(cut, text)
+        session.finalised(cut, text, transcript.words() if session.speakers is not None else None)
         self.stats["finals"] += 1
         final = {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
         if session.speakers is not None:  # provisional: the clustering of what was heard so far
-            final["speaker"] = session.speakers.speaker_of(cut.start / RATE, cut.end / RATE)
+            final["speaker"] = session.opening_speaker()
         return final
 
     def _start_partial(self, live: LiveSession) -> None:

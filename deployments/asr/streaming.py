@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from deployments.asr.transcript import Segment, Word, label_segments
 from deployments.diarization.track import SpeakerTrack
 from deployments.protocol.errors import APIError, invalid_request
 
@@ -74,11 +75,13 @@ def pcm16_samples(body: bytes, max_bytes: int) -> np.ndarray:
 
 @dataclass
 class Utterance:
-    """A finalised piece of the stream: its times in stream seconds and its text."""
+    """A finalised piece of the stream: its times in stream seconds and its text; in a diarized
+    session, its words (stream seconds) too, which time its segments and cut them by speaker."""
 
     start: float
     end: float
     text: str
+    words: Optional[list[Word]] = None
 
     def as_dict(self) -> dict:
         return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text}
@@ -205,10 +208,13 @@ class StreamSession:
 
     # ------------------------------------------------------------------ text out
 
-    def finalised(self, cut: Cut, text: str) -> None:
+    def finalised(self, cut: Cut, text: str, words: Optional[list[Word]] = None) -> None:
+        """`words`: the utterance's word times (seconds within the utterance), for diarization."""
         text = text.strip()
         if text:
-            self.utterances.append(Utterance(cut.start / RATE, cut.end / RATE, text))
+            offset = cut.start / RATE
+            shifted = None if words is None else [Word(w.word, w.start + offset, w.end + offset) for w in words]
+            self.utterances.append(Utterance(offset, cut.end / RATE, text, shifted))
 
     def partial_started(self) -> None:
         """A hypothesis of the buffer is being decoded: the next is due after as much new audio."""
@@ -234,17 +240,32 @@ class StreamSession:
             "buffer_s": self.buffer_s,
             "utterance_final": utterance_final,
             "final": final,
-            "segments": [self.segment(u) for u in self.utterances],
+            "segments": self.segments(),
             "received_s": round(self.received / RATE, 3),
         }
         if self.speakers is not None:
-            answer["speakers"] = self.speakers.speakers
+            answer["speakers"] = len({s["speaker"] for s in answer["segments"]})
         return answer
 
-    def segment(self, utterance: Utterance) -> dict:
+    def segments(self) -> list[dict]:
+        """One per utterance; diarized, an utterance's segments are timed by its words and cut
+        where the speaker changes, and speakers are numbered 0, 1, ... in order of first
+        appearance in them (the clustering of what was heard so far)."""
         if self.speakers is None:
-            return utterance.as_dict()
-        return {**utterance.as_dict(), "speaker": self.speakers.speaker_of(utterance.start, utterance.end)}
+            return [u.as_dict() for u in self.utterances]
+        return [
+            {"start": round(p.start, 3), "end": round(p.end, 3), "text": p.text.strip(), "speaker": p.speaker}
+            for p in self._speaker_parts()
+        ]
+
+    def opening_speaker(self) -> int:
+        """The (provisional) speaker who opens the latest utterance, numbered as in `segments`."""
+        last = len(self.utterances) - 1
+        return next((p.speaker for p in self._speaker_parts() if p.origin == last), 0) or 0
+
+    def _speaker_parts(self) -> list[Segment]:
+        decoded = [Segment(i, u.start, u.end, u.text, words=u.words) for i, u in enumerate(self.utterances)]
+        return label_segments(decoded, self.speakers.speaker_of)[0] if self.speakers is not None else decoded
 
     def summary(self) -> dict:
         """One line of GET /v1/audio/stream/sessions."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 
@@ -31,6 +31,10 @@ class Segment:
     no_speech_prob: float = 0.0
     words: Optional[list[Word]] = None
     speaker: Optional[int] = None  # with diarization: index into Transcript.speaker_labels
+    # With diarization, a decoded segment where the speaker changes is cut into parts: `origin`
+    # is the decoded segment's id (what streamed deltas named) and `part` the part's rank in it.
+    origin: Optional[int] = None
+    part: int = 0
 
     def shifted(self, offset_s: float) -> Segment:
         """This segment moved from window time to input time (plain floats, JSON-safe)."""
@@ -69,11 +73,17 @@ class Transcript:
     def words(self) -> list[Word]:
         return [w for s in self.segments for w in (s.words or [])]
 
-    def label_speakers(self, speaker_of: Callable[[float, float], Optional[int]], labels: list[str]) -> None:
-        """Give every segment the speaker `speaker_of(start, end)` names (0 if nobody spoke)."""
-        for segment in self.segments:
-            segment.speaker = speaker_of(segment.start, segment.end) or 0
-        self.speaker_labels = list(labels) or (["A"] if self.segments else [])
+    def label_speakers(self, speaker_of: SpeakerOf, labels_of: Callable[[list[int]], list[str]]) -> None:
+        """Give every segment a speaker, cutting a segment with word times where the speaker
+        changes (each part timed by its words). `speaker_of(start, end)` is a cluster index
+        (None: nobody spoke). Speakers are renumbered 0, 1, ... in order of first appearance
+        in the segments, so `speaker_labels` holds exactly the speakers the segments name;
+        `labels_of(clusters)` gives their labels in that order."""
+        parts, clusters = label_segments(self.segments, speaker_of)
+        for i, part in enumerate(parts):
+            part.id = i
+        self.segments = parts
+        self.speaker_labels = labels_of(clusters) if clusters else (["A"] if parts else [])
 
     @classmethod
     def join(cls, segments: list[Segment], language: Optional[str], duration: float) -> Transcript:
@@ -82,6 +92,51 @@ class Transcript:
             segment.id = i
         text = " ".join(s.text.strip() for s in segments if s.text.strip())
         return cls(text=text, language=language, duration=round(duration, 3), segments=segments)
+
+
+SpeakerOf = Callable[[float, float], Optional[int]]
+
+
+def split_by_speaker(segment: Segment, speaker_of: SpeakerOf) -> list[Segment]:
+    """`segment` with its speaker, or cut into runs of consecutive words of one speaker, each
+    timed from its first word's start to its last word's end. A segment without word times
+    (a model that gives none) keeps its times and gets the speaker who talks most in it."""
+    words = [w for w in segment.words or [] if w.word.strip()]
+    if not words:
+        return [replace(segment, speaker=speaker_of(segment.start, segment.end), origin=segment.id)]
+    runs: list[tuple[Optional[int], list[Word]]] = []
+    for word in words:
+        speaker = speaker_of(word.start, word.end)
+        if runs and runs[-1][0] == speaker:
+            runs[-1][1].append(word)
+        else:
+            runs.append((speaker, [word]))
+    if len(runs) == 1:
+        return [replace(segment, start=words[0].start, end=words[-1].end, speaker=runs[0][0], origin=segment.id)]
+    return [
+        replace(
+            segment,
+            start=run[0].start,
+            end=run[-1].end,
+            text="".join(w.word for w in run),
+            tokens=[],  # the decoded tokens belong to the whole segment
+            words=run,
+            speaker=speaker,
+            origin=segment.id,
+            part=k,
+        )
+        for k, (speaker, run) in enumerate(runs)
+    ]
+
+
+def label_segments(segments: Sequence[Segment], speaker_of: SpeakerOf) -> tuple[list[Segment], list[int]]:
+    """`segments` cut by speaker (`split_by_speaker`), each part's speaker renumbered 0, 1, ...
+    in order of first appearance (0 where nobody spoke), and the clusters in that order."""
+    parts = [part for segment in segments for part in split_by_speaker(segment, speaker_of)]
+    order: dict[int, int] = {}
+    for part in parts:
+        part.speaker = 0 if part.speaker is None else order.setdefault(part.speaker, len(order))
+    return parts, list(order)
 
 
 @dataclass(frozen=True)

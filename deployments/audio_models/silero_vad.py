@@ -37,6 +37,7 @@ ONNX_FILE = "silero_vad/data/silero_vad_16k_op15.onnx"
 RATE = 16000
 WINDOW = 512
 CONTEXT = 64
+BLOCK_WINDOWS = 1875  # windows per pass over a whole recording: 60 s
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,14 @@ class SileroVAD:
             samples = resample(samples, rate, RATE)
         if len(samples) == 0:
             return np.zeros(0, dtype=np.float32)
-        probs, _ = self._run(windows(samples), None)
-        return probs
+        # In blocks, the LSTM's state carried from one to the next: the same probabilities as
+        # one pass, with memory bounded by a block whatever the recording's length.
+        out, lstm, step = [], None, BLOCK_WINDOWS * WINDOW
+        for start in range(0, len(samples), step):
+            context = samples[start - CONTEXT : start] if start else None
+            probs, lstm = self._run(windows(samples[start : start + step], context), lstm)
+            out.append(probs)
+        return np.concatenate(out)
 
     def feed(self, samples: np.ndarray, state: StreamState | None = None) -> tuple[np.ndarray, StreamState]:
         """Probabilities of the whole windows that 16 kHz `samples` complete in a stream, and the

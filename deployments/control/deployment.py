@@ -29,7 +29,7 @@ from ray import serve
 from deployments.control.state import ControlState, Desired, ReplicaReport
 from deployments.hub import default_cache_dir
 from deployments.protocol.keep_alive import describe
-from deployments.ray_internals import session_dir
+from deployments.ray_internals import replica_states, session_dir
 from deployments.records import RecordService, RecordStore
 from deployments.resources import reserve
 from deployments.voices.service import VoiceService
@@ -148,10 +148,18 @@ class Control:
         return self.state.replicas(slot)
 
     async def status(self) -> dict:
-        return {
-            slot: {"desired": d.model_dump(), "replicas": [r.model_dump() for r in self.state.replicas(slot)]}
-            for slot, d in self.state.desired.items()
-        }
+        """Per slot: its desired state and its replicas' reports, with Serve's state of each
+        (readiness counts only replicas Serve routes to: deployments/ingress/serving/models.py)."""
+        out = {}
+        for slot, d in self.state.desired.items():
+            states = (
+                await replica_states(_app_name(), self.deployment_names[slot])
+                if slot in self.deployment_names
+                else None
+            )
+            replicas = self.state.replicas(slot, serve_states=states)
+            out[slot] = {"desired": d.model_dump(), "replicas": [r.model_dump() for r in replicas]}
+        return out
 
     # ------------------------------------------------------------------ the cluster's voices
     # The TTS replicas' calls, answered by the voice service; a refusal is raised as an APIError.

@@ -16,6 +16,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel
 
 LOADED, UNLOADED = "loaded", "unloaded"
+RUNNING = "RUNNING"  # Serve's state of a replica it routes requests to (ray.serve ReplicaState)
 STALE_AFTER_S = 20.0  # a replica not heard from for this long is gone (reports come every ~5 s)
 
 
@@ -47,6 +48,9 @@ class ReplicaReport(BaseModel):
     warnings: list[str] = []  # what it runs without, with the fix (deployments/system_deps.py)
     node: Optional[dict] = None  # the Ray node it runs on: id, ip, labels (docs/multi-node.md)
     seen_at: float = 0.0
+    # Serve's state of the replica when Control answered (RUNNING, STARTING...; None: unknown):
+    # set by Control from Serve, never by the replica, which cannot know whether Serve routes to it.
+    serve_state: Optional[str] = None
 
 
 class ControlState:
@@ -85,12 +89,25 @@ class ControlState:
         report.seen_at = now if now is not None else time.time()
         self.reports[report.replica_id] = report
 
-    def replicas(self, slot: str, now: Optional[float] = None) -> list[ReplicaReport]:
+    def replicas(
+        self, slot: str, now: Optional[float] = None, serve_states: Optional[dict[str, str]] = None
+    ) -> list[ReplicaReport]:
+        """The slot's replicas heard from lately. With `serve_states` (Serve's state per replica
+        id, deployments/ray_internals.py `replica_states`), only those Serve still has, each
+        with its state: a killed replica's last report stays fresh for STALE_AFTER_S, and
+        counting it made /readyz say ready while its replacement was still loading."""
         now = now if now is not None else time.time()
-        return sorted(
+        fresh = sorted(
             (r for r in self.reports.values() if r.slot == slot and now - r.seen_at < STALE_AFTER_S),
             key=lambda r: r.replica_id,
         )
+        if serve_states is None:
+            return fresh
+        return [
+            r.model_copy(update={"serve_state": serve_states[r.replica_id]})
+            for r in fresh
+            if r.replica_id in serve_states
+        ]
 
     def applied(self, slot: str, epoch: int, expected_replicas: int, now: Optional[float] = None) -> bool:
         done = [r for r in self.replicas(slot, now) if r.epoch >= epoch]

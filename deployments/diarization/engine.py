@@ -1,7 +1,7 @@
 """The diarization models (Silero VAD, the GE2E speaker encoder) on a thread of their own, in the
 replica that decoded the audio: the ASR slot's (deployments/asr/deployment.py says why).
 
-One job = one recording, with the speech boundaries its transcript gives, the known speakers'
+One job = one recording, with the known speakers'
 reference clips and the options; the answer is a `Diarization`. A streaming session's utterance
 is a `VoicesJob`: its voice pieces and their embeddings, clustered by the session
 (deployments/diarization/track.py). No Ray here.
@@ -31,7 +31,6 @@ class DiarizeJob(Message):
     rate: int
     config: DiarizationConfig
     count: SpeakerCount = field(default_factory=SpeakerCount)
-    boundaries: list[float] = field(default_factory=list)
     references: dict[str, np.ndarray] = field(default_factory=dict)  # name -> 16 kHz clip
 
 
@@ -39,7 +38,6 @@ class DiarizeJob(Message):
 class VoicesJob(Message):
     samples: np.ndarray  # mono float32, 16 kHz
     config: DiarizationConfig
-    boundaries: list[float] = field(default_factory=list)
 
 
 class DiarizationEngine(EngineThread[DiarizeJob | VoicesJob]):
@@ -72,11 +70,9 @@ class DiarizationEngine(EngineThread[DiarizeJob | VoicesJob]):
     def _handle(self, job: DiarizeJob | VoicesJob) -> Diarization | tuple[list[Span], np.ndarray]:
         if isinstance(job, VoicesJob):
             self.stats["audio_s"] += len(job.samples) / 16000
-            return self._model.voice_pieces(job.samples, job.config, job.boundaries)
+            return self._model.voice_pieces(job.samples, job.config)
         known = {name: self._model.embed(clip) for name, clip in job.references.items()}
-        result = self._model.diarize(
-            job.samples, job.rate, job.config, count=job.count, boundaries=job.boundaries, known=known
-        )
+        result = self._model.diarize(job.samples, job.rate, job.config, count=job.count, known=known)
         self.stats["recordings"] += 1
         self.stats["audio_s"] += result.duration
         return result

@@ -1,7 +1,8 @@
 """Who spoke each utterance of a streaming session (MiniInfer's `?diarize=1` on a session). Pure.
 
 A session's audio is not kept: each finalised utterance leaves only its voice pieces (stream
-times) and their GE2E embeddings, computed as the whole-file pipeline computes them. Speakers
+times: sliding windows) and their GE2E embeddings, computed as the whole-file pipeline computes
+them. Speakers
 are the clustering of every piece heard so far (`clustering.cluster`, the whole-file
 clustering), redone when a piece arrives: labels given while the session runs are provisional
 (a later voice can regroup earlier pieces, and the numbering follows first appearance); the
@@ -18,7 +19,7 @@ import numpy as np
 
 from deployments.diarization.clustering import cluster
 from deployments.diarization.config import DiarizationConfig, SpeakerCount
-from deployments.diarization.spans import Span, Turn, speaker_of, turns
+from deployments.diarization.spans import Span, Turn, speaker_of, voted_turns
 
 
 class SpeakerTrack:
@@ -43,7 +44,7 @@ class SpeakerTrack:
             return []
         if self._turns is None:
             labels = cluster(np.stack(self._embeddings), [p.duration for p in self.pieces], self.config, self.count)
-            self._turns = turns(self.pieces, labels, self.config.join_gap_s)
+            self._turns = voted_turns(self.pieces, labels, self.config.frame_s, self.config.join_gap_s)
         return self._turns
 
     @property

@@ -126,7 +126,9 @@ def test_streamed_diarized_json_through_the_sdk(client, talk):
     assert deltas and kinds == ["TranscriptionTextDeltaEvent"] * deltas + ["TranscriptionTextSegmentEvent"] * len(
         segments
     ) + ["TranscriptionTextDoneEvent"], kinds
-    assert [e.segment_id for e in events[:deltas]] == [s.id for s in segments]
+    # A decoded segment cut where the speaker changes keeps its id on its first part (seg_3),
+    # the later parts are seg_3_1, ...: every delta names the segment its text went to first.
+    assert [e.segment_id for e in events[:deltas]] == [s.id for s in segments if s.id.count("_") == 1]
     assert {s.speaker for s in segments} == {"A", "B"}
     assert segment_speakers_right(d, [(s.start, s.end, s.speaker) for s in segments]) >= 0.8, segments
     done = events[-1]
@@ -156,3 +158,25 @@ def test_a_diarized_session_fed_in_chunks_finds_both_voices(http, talk):
     same = [max(turns, key=lambda t: min(t[1], e) - max(t[0], s))[2] == speaker for s, e, speaker in segments]
     print(f"diarized session: {len(segments)} segments, speakers {[s[2] for s in segments]}, {sum(same)} as the file's")
     assert sum(same) >= 0.8 * len(same), (segments, turns)
+
+
+def test_a_real_telephone_call_in_diarized_json(client):
+    """The issue's case on the real graph: pyannote's recorded call (two women, turns 0.1-0.5 s
+    apart; tests/conversations.py) as OpenAI's diarized_json through the SDK: two speakers, A
+    and B, the segments timed at the words (the first "Hello?" is said at 6.69 s) and scoring
+    DER <= 0.15 (pyannote.metrics, collar 0.25 s) against the reference turns."""
+    from tests.conversations import DIR, conversation, der
+
+    c = conversation("sample")
+    result = client.audio.transcriptions.create(
+        model=REAL,
+        file=("call.flac", (DIR / "sample.flac").read_bytes()),
+        response_format="diarized_json",
+        timeout=TIMEOUT,
+    )
+    segments = [(s.start, s.end, s.speaker) for s in result.segments]
+    assert {s[2] for s in segments} == {"A", "B"}, segments
+    assert abs(segments[0][0] - 6.69) < 0.3, segments[0]
+    scored = der(c.turns, segments)
+    print(f"the call through the graph: DER {scored.der:.3f}, {len(segments)} segments")
+    assert scored.der <= 0.15, (scored, segments)

@@ -178,7 +178,7 @@ def pcm(seconds: float, loud: bool, rate: int = 16000, level: int = 8000) -> byt
     return np.full(int(seconds * rate), level if loud else 0, "<i2").tobytes()
 
 
-async def level_voices(samples, boundaries):
+async def level_voices(samples):
     """A stand-in for the speaker encoder: an utterance is one voice piece, and its "voice" is
     its level (pcm(level=8000) is one speaker, any louder level the other)."""
     from deployments.diarization.spans import Span

@@ -29,7 +29,9 @@ def diarized_transcript(params, audio, server_path, references=None, model=None)
         "en",
         3.2,
     )
-    t.label_speakers(lambda start, end: 0 if start < 1 else 1, LABELS)
+    t.label_speakers(
+        lambda start, end: 0 if start < 1 else 1, Diarization([], LABELS, 3.2, frozenset({"ann"})).labels_of
+    )
     return t
 
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from deployments import SERVICE_NAME, __version__
 from deployments.control.capabilities import registry
-from deployments.control.state import LOADED, UNLOADED
+from deployments.control.state import LOADED, RUNNING, UNLOADED
 from deployments.ingress.serving.cuda import NOT_CONFIGURED_STATUS, cuda_model_cards, cuda_status
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request, server_error
@@ -40,6 +40,19 @@ def system_summary(replicas: list[dict]) -> dict[str, list]:
             libraries.append(replica["blas"])
     warnings = list(dict.fromkeys(line for replica in replicas for line in replica.get("warnings") or []))
     return {"blas": libraries, "warnings": warnings}
+
+
+def serves(replica: dict, desired: dict) -> bool:
+    """Whether a replica's report counts for readiness: it serves the slot's desired default and
+    Serve routes requests to it (RUNNING). A crashed replica's last report, or a replacement
+    still starting, would answer ready while the next request waits for the new replica's
+    model load (measured: seconds, bench/restart.py). No state (Control could not ask Serve):
+    the report alone decides, as before."""
+    return (
+        desired["state"] == LOADED
+        and replica["default_model"] == desired["model"]
+        and replica.get("serve_state") in (None, RUNNING)
+    )
 
 
 class ServingModels:
@@ -93,9 +106,7 @@ class ServingModels:
         slots, ready = {}, True
         for slot, info in status.items():
             desired = info["desired"]
-            serving = [
-                r for r in info["replicas"] if desired["state"] == LOADED and r["default_model"] == desired["model"]
-            ]
+            serving = [r for r in info["replicas"] if serves(r, desired)]
             system = system_summary(info["replicas"])
             checks = {
                 "blas": sorted({b.get("kind", b["library"]) for b in system["blas"]}),

@@ -11,6 +11,7 @@ import pytest
 from deployments.asr.config import ASRSlotConfig, effective_batching, parse_mode
 from deployments.asr.formats import CONTENT_TYPES, render, timestamp
 from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
+from deployments.diarization.spans import Diarization
 from deployments.protocol.transcription import ResponseFormat
 
 VOCAB = TimestampVocabulary(timestamp_begin=1000, eot=999)
@@ -187,25 +188,31 @@ def test_every_format_a_request_may_ask_for_renders(response_format):
     assert "Hello there." in (body["text"] if isinstance(body, dict) else body)
 
 
+KNOWN = frozenset({"ann"})
+
+
 def diarized() -> Transcript:
+    """Cluster 2 (B) speaks first, then cluster 0 (ann, a known speaker); cluster 1 nowhere."""
     t = transcript()
-    t.label_speakers(lambda start, end: None if start > 3000 else 1, ["ann", "B"])
+    t.label_speakers(
+        lambda start, end: 0 if start > 3000 else 2, Diarization([], ["ann", "A", "B"], 0, KNOWN).labels_of
+    )
     return t
 
 
-def test_label_speakers_gives_every_segment_one():
+def test_label_speakers_numbers_the_speakers_the_segments_name_from_0():
     t = diarized()
-    assert [s.speaker for s in t.segments] == [1, 0]  # nobody spoke in the second: speaker 0
-    assert t.speaker_labels == ["ann", "B"]
+    assert [s.speaker for s in t.segments] == [0, 1]  # in order of first appearance
+    assert t.speaker_labels == ["A", "ann"]  # the unnamed one lettered again: A, not B
     empty = Transcript.join([Segment(0, 0.0, 1.0, " Hi.")], "en", 1.0)
-    empty.label_speakers(lambda start, end: None, [])  # no speech found at all: one speaker
+    empty.label_speakers(lambda start, end: None, Diarization([], [], 1.0).labels_of)  # no speech found: one speaker
     assert empty.speaker_labels == ["A"] and empty.segments[0].speaker == 0
 
 
 def test_diarized_formats():
     verbose, _ = render(diarized(), "verbose_json")
-    assert [s["speaker"] for s in verbose["segments"]] == [1, 0]
-    assert verbose["speakers"] == 2 and verbose["speaker_labels"] == ["ann", "B"]
+    assert [s["speaker"] for s in verbose["segments"]] == [0, 1]
+    assert verbose["speakers"] == 2 and verbose["speaker_labels"] == ["A", "ann"]
     plain, _ = render(transcript(), "verbose_json")
     assert "speakers" not in plain and "speaker" not in plain["segments"][0]
     body, content_type = render(diarized(), "diarized_json")
@@ -216,9 +223,9 @@ def test_diarized_formats():
         "start": 0.0,
         "end": 2.5,
         "text": "Hello there.",
-        "speaker": "B",
+        "speaker": "A",
     }
     assert body["usage"] == {"type": "duration", "seconds": 3662.0} and body["task"] == "transcribe"
-    assert "\nB: Hello there.\n" in render(diarized(), "srt")[0]
+    assert "\nA: Hello there.\n" in render(diarized(), "srt")[0]
     assert "\n<v ann>Bye.\n" in render(diarized(), "vtt")[0]
     assert "\nHello there.\n" in render(transcript(), "srt")[0]  # undiarized: no prefix

@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 
 from deployments.asr.engine import TranscribeOptions
+from deployments.asr.session_host import SessionHost
 from deployments.asr.streaming import RATE, VAD_WINDOW, SessionTable, StreamConfig, StreamSession, pcm16_samples
+from deployments.asr.transcript import Segment, Transcript, Word
+from deployments.diarization.spans import Span
 from deployments.diarization.track import SpeakerTrack
 from deployments.protocol.errors import APIError
 from deployments.routing.affinity import replica_key
-from tests.ingress.fakes import Engine, pcm, session_host
+from tests.ingress.fakes import Engine, LoudVAD, pcm, session_host
 
 W = VAD_WINDOW
 
@@ -236,3 +239,39 @@ def test_host_counts_its_open_sessions_per_model():
         assert h.live_by_model() == {Engine().model_id: 1}
 
     asyncio.run(run())
+
+
+def test_a_diarized_utterance_is_timed_by_its_words_and_cut_where_the_voice_changes():
+    async def decode(engine, options, samples):
+        assert options.word_timestamps  # asked for by the replica for a diarized session
+        words = [Word(" Hello?", 0.1, 0.4), Word(" Hi,", 0.6, 0.8), Word(" there.", 0.8, 0.9)]
+        return Transcript.join([Segment(0, 0.0, 1.0, " Hello? Hi, there.", words=words)], "en", 1.0)
+
+    async def two_voices(samples):  # the first half one voice, the second another
+        half = len(samples) / 16000 / 2
+        return [Span(0.0, half), Span(half, 2 * half)], np.array([[1.0, 0.0], [0.0, 1.0]])
+
+    async def run():
+        async def engine_for(model):
+            return Engine()
+
+        h = SessionHost(
+            "r1",
+            decode,
+            engine_for,
+            max_sessions=1,
+            idle_timeout_s=600,
+            max_chunk_s=10,
+            vad=LoudVAD(),
+            voices=two_voices,
+        )
+        sid = (await h.create(Engine(), TranscribeOptions(word_timestamps=True), speakers=SpeakerTrack()))["sid"]
+        await h.feed(sid, pcm(0.5, False))
+        await h.feed(sid, pcm(1.0, True))
+        return await h.feed(sid, b"", finish=True)
+
+    done = asyncio.run(run())
+    start = done["finalised"][0]["start"]  # the utterance's start in the stream
+    assert [(s["text"], s["speaker"]) for s in done["segments"]] == [("Hello?", 0), ("Hi, there.", 1)]
+    assert [s["start"] for s in done["segments"]] == pytest.approx([start + 0.1, start + 0.6], abs=0.001)
+    assert done["speakers"] == 2 and done["finalised"][0]["speaker"] == 0

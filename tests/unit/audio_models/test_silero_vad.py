@@ -84,6 +84,16 @@ def test_probabilities_match_onnxruntime(vad, clip):
     np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
 
 
+def test_a_long_recording_is_run_in_blocks_with_the_same_probabilities(vad, monkeypatch):
+    from deployments.audio_models import silero_vad
+
+    samples = CLIPS["speech in noise"]().astype(np.float32)
+    whole = vad.probabilities(samples)
+    monkeypatch.setattr(silero_vad, "BLOCK_WINDOWS", 7)  # blocks of 7 windows, the last ragged
+    np.testing.assert_allclose(vad.probabilities(samples), whole, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(whole, onnxruntime_probabilities(samples), atol=1e-5, rtol=0)
+
+
 def test_speech_is_told_from_silence_and_noise(vad):
     assert vad.probabilities(speak("This is clearly speech.")).max() > 0.9
     assert vad.probabilities(silence(1.0)).max() < 0.1

@@ -77,3 +77,16 @@ def test_keep_alive_is_kept_per_model_across_loads_and_restarts(tmp_path):
     state.set("llm", UNLOADED, None)
     assert state.set_keep_alive("llm", None, 0.0) is None  # nothing is the default while unloaded
     assert state.set_keep_alive("tts", "t", 0.0) is None  # not a slot of this graph
+
+
+def test_with_serve_states_only_replicas_serve_still_has_are_listed_with_their_state():
+    """A killed replica's last report stays fresh for STALE_AFTER_S; Serve's view drops it and
+    says whether a replica is running or still starting (bench/restart.py measured /readyz
+    answering ready on a dead replica's report while its replacement loaded)."""
+    state = ControlState({"llm": "a"})
+    state.report(*report("dead", 0))
+    state.report(*report("new", 0))
+    assert [r.replica_id for r in state.replicas("llm", now=101)] == ["dead", "new"]  # Serve unknown
+    listed = state.replicas("llm", now=101, serve_states={"new": "STARTING", "other": "RUNNING"})
+    assert [(r.replica_id, r.serve_state) for r in listed] == [("new", "STARTING")]
+    assert state.reports["new"].serve_state is None  # the stored report is left as the replica sent it

@@ -1,5 +1,6 @@
-"""Agglomerative clustering on cosine distance, the speaker count options, and naming clusters
-after known speakers. Synthetic embeddings: unit vectors scattered around a few voices."""
+"""Agglomerative clustering on cosine distance (average linkage), the speaker count options,
+small clusters dissolved, and naming clusters after known speakers. Synthetic embeddings: unit
+vectors scattered around a few voices."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from deployments.diarization.clustering import (
-    agglomerate,
+    average_linkage,
     centroids,
     cosine_distances,
     first_appearance,
@@ -40,24 +41,24 @@ def test_interleaved_speakers_are_found_by_the_threshold():
     v = voices(3)
     order = [0, 1, 0, 2, 1, 0, 2, 2, 1]
     x = np.stack([around(v[s], 1, 0.3, seed=i)[0] for i, s in enumerate(order)])
-    assert agglomerate(x, threshold=0.3) == first_appearance(order)
+    assert average_linkage(x, threshold=0.3) == first_appearance(order)
 
 
 def test_threshold_decides_how_many():
     v = voices(2)
     x = np.concatenate([around(v[0], 4, 0.3, 1), around(v[1], 4, 0.3, 2)])
-    assert max(agglomerate(x, threshold=0.3)) + 1 == 2
-    assert max(agglomerate(x, threshold=1.9)) + 1 == 1  # everything is one voice
-    assert max(agglomerate(x, threshold=1e-6)) + 1 == 8  # nothing merges
+    assert max(average_linkage(x, threshold=0.3)) + 1 == 2
+    assert max(average_linkage(x, threshold=1.9)) + 1 == 1  # everything is one voice
+    assert max(average_linkage(x, threshold=1e-6)) + 1 == 8  # nothing merges
 
 
 def test_exact_count_overrides_the_threshold():
     v = voices(2)
     x = np.concatenate([around(v[0], 4, 0.3, 1), around(v[1], 4, 0.3, 2)])
-    assert agglomerate(x, threshold=1.9, num_speakers=2) == [0] * 4 + [1] * 4
-    assert max(agglomerate(x, threshold=0.3, num_speakers=3)) + 1 == 3  # one voice is split
-    assert agglomerate(x[:2], threshold=1.9, num_speakers=5) == [0, 1]  # fewer pieces than speakers
-    assert agglomerate(np.zeros((0, 4)), 0.3) == []
+    assert average_linkage(x, threshold=1.9, num_speakers=2) == [0] * 4 + [1] * 4
+    assert max(average_linkage(x, threshold=0.3, num_speakers=3)) + 1 == 3  # one voice is split
+    assert average_linkage(x[:2], threshold=1.9, num_speakers=5) == [0, 1]  # fewer pieces than speakers
+    assert average_linkage(np.zeros((0, 4)), 0.3) == []
 
 
 def test_weights_make_long_pieces_dominate_a_centroid():
@@ -110,5 +111,25 @@ def test_labels_come_in_order_of_first_appearance(seed):
     v = voices(4, seed=seed)
     order = np.random.default_rng(seed).integers(0, 4, size=12)
     x = np.stack([around(v[s], 1, 0.2, seed * 100 + i)[0] for i, s in enumerate(order)])
-    labels = agglomerate(x, threshold=0.3)
+    labels = average_linkage(x, threshold=0.3)
     assert labels == first_appearance(order.tolist())
+
+
+def test_a_small_cluster_is_a_speaker_only_if_its_voice_is_distinct():
+    v = voices(3)
+    both = (v[0] + v[1]) / np.linalg.norm(v[0] + v[1])  # two voices at once: between the two
+    two = np.concatenate([around(v[0], 10, 0.2, 1), around(v[1], 10, 0.2, 2)])
+    durations = [1.2] * 21  # the extra window is 1 in 21: under the 10 % share
+    config = DiarizationConfig(threshold=0.3, min_embed_s=1.0, min_speaker_share=0.1, distinct_voice=0.35)
+    blended = cluster(np.concatenate([two, [both]]), durations, config)
+    assert blended[:20] == [0] * 10 + [1] * 10 and blended[20] in (0, 1)
+    assert cluster(np.concatenate([two, [both]]), durations, config, SpeakerCount(exactly=3))[20] == 2
+    assert cluster(np.concatenate([two, around(v[2], 1, 0.2, 3)]), durations, config)[20] == 2  # a third voice
+
+
+def test_long_recordings_cluster_a_bounded_spread_sample_of_windows():
+    v = voices(2)
+    order = [0, 1] * 300
+    x = np.stack([around(v[s], 1, 0.3, seed=i)[0] for i, s in enumerate(order)])
+    config = DiarizationConfig(threshold=0.3, min_embed_s=1.0, max_clustered=50)
+    assert cluster(x, [1.2] * len(x), config) == first_appearance(order)  # the rest join the nearest

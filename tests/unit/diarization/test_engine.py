@@ -62,7 +62,7 @@ async def test_a_sessions_utterances_are_embedded_and_clustered_across_utterance
         for start, end, _ in turns:  # each turn is one utterance, as a session finalises it
             offset = start - 0.3
             utterance = samples[int(offset * RATE) : int((end + 0.3) * RATE)]
-            pieces, embeddings = await engine.voices(VoicesJob(utterance, DiarizationConfig(), [end - offset]))
+            pieces, embeddings = await engine.voices(VoicesJob(utterance, DiarizationConfig()))
             assert pieces and embeddings.shape == (len(pieces), 256)
             assert all(0 <= p.start < p.end <= len(utterance) / RATE for p in pieces)
             track.add(offset, pieces, embeddings)

@@ -6,24 +6,29 @@ from __future__ import annotations
 import pytest
 
 from deployments.diarization.formats import diarization_json, rttm
-from deployments.diarization.spans import Diarization, Span, Turn, cut_at, speaker_of, turns, windows
+from deployments.diarization.spans import Diarization, Span, Turn, speaker_of, turns, voted_turns, windows
 
 
-def test_spans_are_cut_at_transcript_boundaries_inside_them():
-    spans = [Span(0.0, 5.0), Span(6.0, 8.0)]
-    assert cut_at(spans, [2.0, 4.8, 7.0, 9.0], min_piece_s=0.5) == [
-        Span(0.0, 2.0),
-        Span(2.0, 5.0),  # 4.8 would leave a 0.2 s piece
-        Span(6.0, 7.0),
-        Span(7.0, 8.0),
-    ]
-    assert cut_at(spans, [], 0.5) == spans
+def test_spans_become_sliding_windows_the_last_at_the_end():
+    four = windows([Span(0.0, 2.0)], 1.2, 0.3)
+    assert [x for p in four for x in (p.start, p.end)] == pytest.approx([0.0, 1.2, 0.3, 1.5, 0.6, 1.8, 0.8, 2.0])
+    assert windows([Span(1.0, 2.2)], 1.2, 0.3) == [Span(1.0, 2.2)]  # a window's length: one piece
+    assert windows([Span(5.0, 5.4)], 1.2, 0.3) == [Span(5.0, 5.4)]  # shorter: one (short) piece
+    pieces = windows([Span(0.0, 2.1), Span(3.0, 4.5)], 1.2, 0.3)
+    assert [p.start for p in pieces] == pytest.approx([0.0, 0.3, 0.6, 0.9, 3.0, 3.3])
 
 
-def test_long_spans_become_equal_windows():
-    assert windows([Span(0.0, 7.5)], max_s=3.0) == [Span(0.0, 2.5), Span(2.5, 5.0), Span(5.0, 7.5)]
-    assert windows([Span(1.0, 3.0)], max_s=3.0) == [Span(1.0, 3.0)]
-    assert windows([Span(0.0, 6.0)], max_s=3.0) == [Span(0.0, 3.0), Span(3.0, 6.0)]
+def test_each_moment_gets_the_speaker_its_windows_vote_for():
+    # Speaker 0 from 0 to ~2 s, speaker 1 after it, one span: windows of 1.2 s every 0.3 s.
+    pieces = windows([Span(0.0, 4.0)], 1.2, 0.3)
+    labels = [0 if p.start + 0.6 < 2.0 else 1 for p in pieces]  # a window's speaker: at its middle
+    (first, second) = voted_turns(pieces, labels, frame_s=0.05, max_gap_s=0.3)
+    assert (first.speaker, second.speaker) == (0, 1) and first.start == 0.0 and second.end == pytest.approx(4.0)
+    assert first.end == second.start == pytest.approx(2.0, abs=0.16)  # the change, to a frame or so
+    # Pauses up to the gap join one speaker's speech; a longer pause splits the turn.
+    apart = voted_turns([Span(0, 1), Span(1.2, 2), Span(3, 4)], [0, 0, 0], 0.05, 0.3)
+    assert [x for t in apart for x in (t.start, t.end)] == pytest.approx([0.0, 2.0, 3.0, 4.0])
+    assert voted_turns([], [], 0.05, 0.3) == []
 
 
 def test_one_speakers_close_pieces_join_into_a_turn():
@@ -70,3 +75,8 @@ def test_rttm_lines(result):
         "SPEAKER my_meeting 1 3.000 1.000 <NA> <NA> Mary_Ann <NA> <NA>",
         "SPEAKER my_meeting 1 4.500 1.500 <NA> <NA> A <NA> <NA>",
     ]
+
+
+def test_only_clusters_with_turns_are_speakers():
+    d = Diarization([Turn(0, 1, 2), Turn(1, 2, 0)], ["A", "pat", "C"], 2.0, frozenset({"pat"})).voiced()
+    assert d.turns == [Turn(0, 1, 0), Turn(1, 2, 1)] and d.labels == ["A", "B"]

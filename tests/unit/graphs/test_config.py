@@ -165,7 +165,7 @@ def test_miniinfers_diarization_threshold_variable():
     config = GraphArgs.from_args(shipped_args(), environ={"MINI_DIAR_THRESHOLD": "0.3"})
     assert config.asr.diarization_threshold == 0.3
     assert config.asr.diarization_config().threshold == 0.3
-    assert GraphArgs.from_args(shipped_args(), environ={}).asr.diarization_threshold == 0.25
+    assert GraphArgs.from_args(shipped_args(), environ={}).asr.diarization_threshold == 0.28
     with pytest.raises(ConfigError, match="MINI_DIAR_THRESHOLD"):
         GraphArgs.from_args({}, environ={"MINI_DIAR_THRESHOLD": "high"})
     with pytest.raises(ConfigError, match="MINI_DIAR_THRESHOLD"):
