@@ -145,19 +145,22 @@ class Control:
             if self.state.applied(slot, epoch, self._running_replicas(slot)):
                 break
             await asyncio.sleep(0.2)
-        return self.state.replicas(slot)
+        return await self._serving_replicas(slot)
+
+    async def _serving_replicas(self, slot: str) -> list[ReplicaReport]:
+        """The slot's fresh reports from replicas Serve still has, each with Serve's state: a
+        killed replica's last report stays fresh for a while (state.py, STALE_AFTER_S)."""
+        states = (
+            await replica_states(_app_name(), self.deployment_names[slot]) if slot in self.deployment_names else None
+        )
+        return self.state.replicas(slot, serve_states=states)
 
     async def status(self) -> dict:
         """Per slot: its desired state and its replicas' reports, with Serve's state of each
         (readiness counts only replicas Serve routes to: deployments/ingress/serving/models.py)."""
         out = {}
         for slot, d in self.state.desired.items():
-            states = (
-                await replica_states(_app_name(), self.deployment_names[slot])
-                if slot in self.deployment_names
-                else None
-            )
-            replicas = self.state.replicas(slot, serve_states=states)
+            replicas = await self._serving_replicas(slot)
             out[slot] = {"desired": d.model_dump(), "replicas": [r.model_dump() for r in replicas]}
         return out
 
