@@ -1,6 +1,7 @@
 """Kokoro voice fitting (deployments/tts/kokoro_fit.py) in process: the MLX speaker-embedding
-front end agrees with the numpy one, gradient steps through Kokoro raise the similarity to a
-reference, and the engine fits in a child process that runs beside syntheses and dies when the caller leaves."""
+front end agrees with the numpy one, a step through Kokoro starts from the nearest stock blend and
+gives a pack Kokoro speaks (that the steps raise the similarity is checked end to end:
+tests/e2e/test_kokoro_training.py), and the engine fits in a child process that runs beside syntheses and dies when the caller leaves."""
 
 from __future__ import annotations
 
@@ -48,7 +49,10 @@ def test_the_mlx_front_end_embeds_as_the_numpy_one(reference):
 
 @pytest.fixture(scope="module")
 def fitted(kokoro_dir, reference):
-    """A fit over four stock voices, three steps (a step is seconds of CPU: kept few)."""
+    """A fit over the stock voices above, one step: what the fit's pack and bookkeeping are. That
+    the steps raise the similarity (three steps, the fewest in which the loss falls here) is
+    checked once, end to end, through the graph's training job (tests/e2e/test_kokoro_training.py):
+    a step is ~40 s of CPU, and the same fit ran in both halves of `make test`."""
     from mlx_audio.tts.utils import load_model
 
     from deployments.audio_models.speaker_encoder import default_encoder
@@ -61,17 +65,15 @@ def fitted(kokoro_dir, reference):
     fit = KokoroVoiceFit(model, default_encoder(), packs, reference)
     nearest = fit.start()
     start = fit.similarity()
-    losses = [step.loss for step in fit.steps(3)]
+    losses = [step.loss for step in fit.steps(1)]
     return fit, nearest, start, losses
 
 
 @pytest.mark.slow
-def test_gradient_steps_raise_the_similarity_to_the_reference(fitted):
+def test_a_step_starts_from_the_nearest_blend_and_gives_a_kokoro_pack(fitted):
     fit, nearest, start, losses = fitted
     assert fit.stock_similarity[nearest] == max(fit.stock_similarity.values())
     assert losses[0] == pytest.approx(1 - start, abs=1e-4)  # the loss is 1 - cosine
-    assert losses[-1] < losses[0], losses
-    assert fit.similarity() > start, (start, fit.similarity())
     pack = fit.pack()
     assert pack.shape == (510, 1, 256) and pack.dtype == np.float32
     assert float(np.array(fit.blend.weights()).sum()) == pytest.approx(1.0, abs=1e-5)
