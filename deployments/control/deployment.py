@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from ray import serve
 
-from deployments.control.state import ControlState, Desired, ReplicaReport
+from deployments.control.state import RUNNING, ControlState, Desired, ReplicaReport
 from deployments.hub import default_cache_dir
 from deployments.protocol.keep_alive import describe
 from deployments.ray_internals import replica_states, session_dir
@@ -142,7 +142,7 @@ class Control:
         """The slot's replica reports once all running replicas reached `epoch` (or at timeout)."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while asyncio.get_running_loop().time() < deadline:
-            if self.state.applied(slot, epoch, self._running_replicas(slot)):
+            if self.state.applied(slot, epoch, await self._running_replicas(slot)):
                 break
             await asyncio.sleep(0.2)
         return await self._serving_replicas(slot)
@@ -150,10 +150,13 @@ class Control:
     async def _serving_replicas(self, slot: str) -> list[ReplicaReport]:
         """The slot's fresh reports from replicas Serve still has, each with Serve's state: a
         killed replica's last report stays fresh for a while (state.py, STALE_AFTER_S)."""
-        states = (
-            await replica_states(_app_name(), self.deployment_names[slot]) if slot in self.deployment_names else None
-        )
-        return self.state.replicas(slot, serve_states=states)
+        return self.state.replicas(slot, serve_states=await self._serve_states(slot))
+
+    async def _serve_states(self, slot: str) -> Optional[dict[str, str]]:
+        """Serve's state of each of the slot's replicas (deployments/ray_internals.py)."""
+        if slot not in self.deployment_names:
+            return None
+        return await replica_states(_app_name(), self.deployment_names[slot])
 
     async def status(self) -> dict:
         """Per slot: its desired state and its replicas' reports, with Serve's state of each
@@ -201,10 +204,8 @@ class Control:
     async def record_delete(self, namespace: str, key: str) -> bool:
         return await self.records.record_delete(namespace, key)
 
-    def _running_replicas(self, slot: str) -> int:
-        try:
-            app = serve.get_replica_context().app_name
-            deployment = serve.status().applications[app].deployments[self.deployment_names[slot]]
-            return deployment.replica_states.get("RUNNING", 0)
-        except Exception:
-            return 1
+    async def _running_replicas(self, slot: str) -> int:
+        """How many of the slot's replicas Serve routes to, from the same states readiness reads
+        (1 when Serve cannot say: an unload then waits for one replica's report)."""
+        states = await self._serve_states(slot)
+        return 1 if states is None else sum(1 for state in states.values() if state == RUNNING)
