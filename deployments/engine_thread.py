@@ -366,4 +366,19 @@ class EngineThread(Generic[M]):
 
     def _release(self) -> None:
         """Drop every reference to the model's arrays (the cache is cleared afterwards)."""
-        self._model = None
+        model, self._model = self._model, None
+        drop_weights(model)
+
+
+def drop_weights(model: Any) -> None:
+    """Empty an MLX model's modules in place, so that an unload frees the weights even where a
+    reference to the model object outlives its engine: an aborted synthesis's suspended generator,
+    or a stored traceback whose frames hold `self`, kept Kokoro's 312 MiB alive after an unload
+    (the replica's next load then held both copies). Anything else is left to the collector."""
+    try:
+        import mlx.nn as nn
+    except ImportError:  # the engine-thread machinery without MLX (in-process fakes)
+        return
+    if isinstance(model, nn.Module):
+        for module in list(model.modules()):
+            module.clear()

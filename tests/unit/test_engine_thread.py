@@ -257,3 +257,34 @@ async def test_an_answer_for_a_closed_event_loop_does_not_kill_the_thread(tmp_pa
         engine.check_health()
     finally:
         engine.shutdown()
+
+
+class LinearEngine(EchoEngine):
+    """A real MLX model: one 1024x1024 float32 layer (4 MiB of arrays)."""
+
+    def _load(self):
+        import mlx.core as mx
+        import mlx.nn as nn
+
+        self._model = nn.Linear(1024, 1024)
+        mx.eval(self._model.parameters())
+
+    def _release(self):
+        EngineThread._release(self)
+
+
+async def test_an_unload_frees_the_weights_while_something_still_holds_the_model(tmp_path):
+    """A suspended generator or a stored traceback of an aborted job can keep the model object
+    alive past its engine; shutdown empties its modules, so the memory goes anyway."""
+    import gc
+
+    import mlx.core as mx
+
+    engine = await LinearEngine.start("linear", tmp_path)
+    engine.gate.set()
+    held = engine._model  # what a leaked frame would hold
+    gc.collect()
+    before = mx.get_active_memory()
+    engine.shutdown()
+    assert before - mx.get_active_memory() >= 1024 * 1024 * 4
+    assert dict(held.parameters()) == {}
