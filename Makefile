@@ -60,22 +60,17 @@ status:
 # fills; each has its own Ray cluster and cache dir (tests/e2e/conftest.py). The in-process
 # half's output goes to a log printed once both end. Both halves report (each ends with its time
 # per file), and the target fails if either failed. docs/testing.md says what runs where and why.
-# The multi-node files start Ray clusters of their own (`ray start` nodes, their own graph), not
-# the session graph: they run in the in-process lane once its tests end, off the e2e half's path.
 TEST_WORKERS ?= auto
 BENCH_SMOKE := tests/e2e/test_bench_smoke.py
-OWN_CLUSTERS := tests/e2e/test_multinode.py tests/e2e/test_multinode_voices.py
 IN_PROCESS_LOG ?= $(VENV)/in-process-tests.log
 test: setup
 	@$(VENV)/bin/python -m deployments.system_deps test
 	@echo "make test: the in-process half runs beside the e2e half; its output ($(IN_PROCESS_LOG)) follows at the end"
 	@rm -f $(IN_PROCESS_LOG).rc; \
-	( rc=0; \
-	  $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) >$(IN_PROCESS_LOG) 2>&1 || rc=$$?; \
-	  $(VENV)/bin/python -m pytest $(OWN_CLUSTERS) $(PYTEST_ARGS) >>$(IN_PROCESS_LOG) 2>&1 || rc=$$?; \
-	  echo $$rc >$(IN_PROCESS_LOG).rc ) & \
+	( $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(BENCH_SMOKE) tests/unit tests/ingress $(PYTEST_ARGS) >$(IN_PROCESS_LOG) 2>&1; \
+	  echo $$? >$(IN_PROCESS_LOG).rc ) & \
 	status=0; \
-	$(VENV)/bin/python -m pytest tests/e2e --ignore=$(BENCH_SMOKE) $(addprefix --ignore=,$(OWN_CLUSTERS)) $(PYTEST_ARGS) || status=$$?; \
+	$(VENV)/bin/python -m pytest tests/e2e --ignore=$(BENCH_SMOKE) $(PYTEST_ARGS) || status=$$?; \
 	wait; \
 	echo; echo "======== the in-process half ($(IN_PROCESS_LOG)) ========"; cat $(IN_PROCESS_LOG); \
 	in_process=$$(cat $(IN_PROCESS_LOG).rc 2>/dev/null || echo 1); \
