@@ -28,7 +28,10 @@ class DiarizationConfig:
     distinct_voice: float = 0.35  # ... its voice is this far (cosine) from every bigger cluster's
     max_clustered: int = 3000  # at most this many windows are clustered (memory: the square of it)
     frame_s: float = 0.05  # the resolution of the speaker of each moment (windows vote)
-    join_gap_s: float = 0.3  # one speaker's speech this close forms one turn
+    # One speaker's speech this close forms one turn (pyannote's min_duration_off): reference
+    # turns run through a speaker's pauses: at 0.3 s, 0.22 of dev00's speech was missed, at
+    # 1.0 s 0.11; 1.0-1.5 s measure the same on every file (docs/api/diarization.md).
+    join_gap_s: float = 1.0
 
     def for_narrowband(self) -> DiarizationConfig:
         """The settings for a telephone-band recording (deployments/diarization/band.py)."""

@@ -55,10 +55,24 @@ def test_the_telephone_call_is_diarized_within_the_fields_bar(diarizer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "sample"])
+@pytest.mark.parametrize("name", ["dev00", "dev01"])
+def test_two_speaker_meetings_are_diarized_within_the_fields_bar(diarizer, name):
+    """AMI's far-field meetings of two speakers, overlapped speech scored: both voices found,
+    DER <= 0.15 (dev00 was 0.234 with one speaker's pauses of 0.3-1 s left unspoken)."""
+    c = conversation(name)
+    result = diarizer.diarize(c.samples)
+    scored = der(c.turns, [(t.start, t.end, t.speaker) for t in result.turns])
+    print(f"{name}: DER {scored.der:.3f}, {result.speakers} speakers")
+    assert result.speakers == 2
+    assert scored.der <= 0.15, scored
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["trn03", "tst00", "tst01"])
 def test_meeting_excerpts_are_reported(diarizer, name):
-    """AMI's far-field meetings, overlapped speech scored (one label per moment here): printed
-    and measured in bench/diarization.py, not asserted, but never an empty answer."""
+    """The other AMI meetings (trn03's second voice says 1.2 s; tst00 and tst01 have four
+    speakers): printed and measured in bench/diarization.py, not asserted, but never an empty
+    answer."""
     c = conversation(name)
     result = diarizer.diarize(c.samples)
     scored = der(c.turns, [(t.start, t.end, t.speaker) for t in result.turns])
