@@ -109,20 +109,42 @@ def cluster(
     return first_appearance(out.tolist())
 
 
+def mixture_distance(voice: np.ndarray, voices: np.ndarray) -> float:
+    """Cosine distance from the unit vector `voice` to the closest mix of `voices` (rows): their
+    non-negative combinations, the directions a window holding some of each embeds near."""
+    from scipy.optimize import nnls
+
+    amounts, _ = nnls(voices.T.astype(np.float64), voice.astype(np.float64))
+    mix = amounts @ voices
+    norm = float(np.linalg.norm(mix))
+    return 1.0 - float(voice @ mix) / norm if norm > 0 else 1.0
+
+
 def _kept_clusters(
     labels: np.ndarray, weights: np.ndarray, centres: np.ndarray, config: DiarizationConfig, at_least: int
 ) -> np.ndarray:
-    """The clusters holding at least `min_speaker_share` of the weight; a smaller one only if
-    its voice is `distinct_voice` or farther from all of those (a speaker who says little, not
-    a stretch of two voices at once, whose windows fall between the two); and the biggest
-    others up to `at_least` clusters."""
+    """The clusters holding at least `min_speaker_share` of the weight; a smaller one, the
+    biggest first, only if its voice is `distinct_voice` or farther from every mix of the voices
+    kept before it (a speaker who says little; not a window across a change of speaker or a
+    stretch of two voices at once, which embed between the voices they hold); and the biggest
+    others up to `at_least` clusters.
+
+    Measured on the real and Kokoro sets (docs/api/diarization.md): the windows across a change
+    of Kokoro voice are 0.26-0.30 from the nearer voice but 0.20-0.24 from the mix of the two;
+    the small clusters that are no speaker on the two-speaker recordings at most 0.23 from the
+    mix; trn03's second speaker (one window, 1.2 s) 0.29, the Kokoro voices that say little
+    0.37-0.40. Judged against the small voices kept too, not only the big ones, a meeting's
+    small pieces of a voice already kept join it (tst00 through a telephone band: 4 speakers
+    of 4 found, 14 when judged against the big clusters alone)."""
     share = np.bincount(labels, weights=weights) / max(weights.sum(), 1e-9)
     big = np.flatnonzero(share >= config.min_speaker_share)
     if len(big) == 0:
         big = np.array([int(share.argmax())])
-    small = np.setdiff1d(np.arange(len(share)), big)
-    distinct = small[cosine_distances(centres[small], centres[big]).min(axis=1) >= config.distinct_voice]
-    kept = set(big.tolist()) | set(distinct.tolist())
+    voices = big.tolist()
+    for k in np.argsort(-share, kind="stable"):
+        if k not in big and mixture_distance(centres[k], centres[voices]) >= config.distinct_voice:
+            voices.append(int(k))
+    kept = set(voices)
     for k in np.argsort(-share, kind="stable"):
         if len(kept) >= min(at_least, len(share)):
             break

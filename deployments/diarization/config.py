@@ -25,10 +25,13 @@ class DiarizationConfig:
     hop_s: float = 0.3  # ... starting this far apart, so a change of voice is seen to this precision
     min_embed_s: float = 1.19  # shorter pieces (a span shorter than a window) join the nearest speaker
     min_speaker_share: float = 0.15  # a cluster with less of the clustered speech is a speaker only if ...
-    distinct_voice: float = 0.35  # ... its voice is this far (cosine) from every bigger cluster's
+    distinct_voice: float = 0.265  # ... its voice is this far (cosine) from every mix of the bigger ones'
     max_clustered: int = 3000  # at most this many windows are clustered (memory: the square of it)
     frame_s: float = 0.05  # the resolution of the speaker of each moment (windows vote)
-    join_gap_s: float = 0.3  # one speaker's speech this close forms one turn
+    # One speaker's speech this close forms one turn (pyannote's min_duration_off): reference
+    # turns run through a speaker's pauses: at 0.3 s, 0.22 of dev00's speech was missed, at
+    # 1.0 s 0.11; 1.0-1.5 s measure the same on every file (docs/api/diarization.md).
+    join_gap_s: float = 1.0
 
     def for_narrowband(self) -> DiarizationConfig:
         """The settings for a telephone-band recording (deployments/diarization/band.py)."""

@@ -13,6 +13,7 @@ from deployments.diarization.clustering import (
     cosine_distances,
     first_appearance,
     letters,
+    mixture_distance,
     name_speakers,
     nearest,
 )
@@ -24,6 +25,10 @@ def voices(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
     """`n` random voice directions (near orthogonal in 32 dimensions: cosine distance ~1)."""
     v = np.random.default_rng(seed).standard_normal((n, dim))
     return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x)
 
 
 def around(voice: np.ndarray, n: int, spread: float, seed: int) -> np.ndarray:
@@ -115,16 +120,31 @@ def test_labels_come_in_order_of_first_appearance(seed):
     assert labels == first_appearance(order.tolist())
 
 
+def test_a_mix_of_voices_is_near_their_mixture_not_near_either():
+    v = voices(3)
+    for amounts in ([1.0, 1.0], [1.0, 0.8]):
+        mix = unit(amounts[0] * v[0] + amounts[1] * v[1])
+        assert mixture_distance(mix, v[:2]) < 1e-6 < 0.2 < cosine_distances(mix[None], v[:2]).min()
+    assert mixture_distance(v[2], v[:2]) > 0.8  # a third voice: near neither, nor any mix
+    assert mixture_distance(v[0], v[:1]) < 1e-6 and mixture_distance(-v[0], v[:1]) == 1.0
+
+
 def test_a_small_cluster_is_a_speaker_only_if_its_voice_is_distinct():
     v = voices(3)
-    both = (v[0] + v[1]) / np.linalg.norm(v[0] + v[1])  # two voices at once: between the two
+    # A window across a change of speaker: farther from either voice than `distinct_voice`
+    # (kept by distance alone), but a mix of the two.
+    across = unit(v[0] + v[1])
     two = np.concatenate([around(v[0], 10, 0.2, 1), around(v[1], 10, 0.2, 2)])
     durations = [1.2] * 21  # the extra window is 1 in 21: under the 10 % share
-    config = DiarizationConfig(threshold=0.3, min_embed_s=1.0, min_speaker_share=0.1, distinct_voice=0.35)
-    blended = cluster(np.concatenate([two, [both]]), durations, config)
+    config = DiarizationConfig(threshold=0.2, min_embed_s=1.0, min_speaker_share=0.1, distinct_voice=0.265)
+    assert cosine_distances(across[None], v[:2]).min() > config.distinct_voice
+    blended = cluster(np.concatenate([two, [across]]), durations, config)
     assert blended[:20] == [0] * 10 + [1] * 10 and blended[20] in (0, 1)
-    assert cluster(np.concatenate([two, [both]]), durations, config, SpeakerCount(exactly=3))[20] == 2
+    assert cluster(np.concatenate([two, [across]]), durations, config, SpeakerCount(exactly=3))[20] == 2
     assert cluster(np.concatenate([two, around(v[2], 1, 0.2, 3)]), durations, config)[20] == 2  # a third voice
+    # One speaker all along and a second who says one window's worth (AMI trn03): kept.
+    one = np.concatenate([around(v[2], 1, 0.2, 4), around(v[0], 20, 0.2, 5)])
+    assert cluster(one, durations, config) == [0] + [1] * 20
 
 
 def test_long_recordings_cluster_a_bounded_spread_sample_of_windows():
@@ -133,3 +153,17 @@ def test_long_recordings_cluster_a_bounded_spread_sample_of_windows():
     x = np.stack([around(v[s], 1, 0.3, seed=i)[0] for i, s in enumerate(order)])
     config = DiarizationConfig(threshold=0.3, min_embed_s=1.0, max_clustered=50)
     assert cluster(x, [1.2] * len(x), config) == first_appearance(order)  # the rest join the nearest
+
+
+def test_a_small_cluster_that_mixes_a_kept_small_voice_joins_it():
+    """Small clusters are judged biggest first against every voice kept so far: a third voice
+    that says little is kept, and a window of it mixed with one of the big voices (a clip
+    across a change of speaker) then joins it, not a fourth speaker."""
+    v = voices(3)
+    two = np.concatenate([around(v[0], 10, 0.2, 1), around(v[1], 10, 0.2, 2)])
+    third = around(v[2], 2, 0.05, 3)
+    mixed = unit(v[2] + 0.8 * v[0])  # 0.37 from every mix of the two big voices alone
+    assert mixture_distance(mixed, v[:2]) > 0.3
+    config = DiarizationConfig(threshold=0.2, min_embed_s=1.0, min_speaker_share=0.1, distinct_voice=0.265)
+    labels = cluster(np.concatenate([two, third, [mixed]]), [1.2] * 23, config)
+    assert labels == [0] * 10 + [1] * 10 + [2, 2, 2]

@@ -55,16 +55,31 @@ def test_the_telephone_call_is_diarized_within_the_fields_bar(diarizer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "sample"])
-def test_meeting_excerpts_are_reported(diarizer, name):
-    """AMI's far-field meetings, overlapped speech scored (one label per moment here): printed
-    and measured in bench/diarization.py, not asserted, but never an empty answer."""
+@pytest.mark.parametrize("name", ["dev00", "dev01", "trn03"])
+def test_two_speaker_meetings_are_diarized_within_the_fields_bar(diarizer, name):
+    """AMI's far-field meetings of two speakers, overlapped speech scored: both voices found,
+    DER <= 0.15 (dev00 was 0.234 with one speaker's pauses of 0.3-1 s left unspoken; trn03's
+    second speaker says 1.2 s, one window, and was merged into the first)."""
+    c = conversation(name)
+    result = diarizer.diarize(c.samples)
+    scored = der(c.turns, [(t.start, t.end, t.speaker) for t in result.turns])
+    print(f"{name}: DER {scored.der:.3f}, {result.speakers} speakers")
+    assert result.speakers == 2
+    assert scored.der <= 0.15, scored
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tst00", "tst01"])
+def test_four_speaker_meetings_are_reported(diarizer, name):
+    """The AMI meetings of four speakers (tst01's say 6 s in all), mostly overlapped speech:
+    printed and measured in bench/diarization.py; never an empty answer, and at most one
+    speaker too many (tst00: 5, one voice split where it overlaps another)."""
     c = conversation(name)
     result = diarizer.diarize(c.samples)
     scored = der(c.turns, [(t.start, t.end, t.speaker) for t in result.turns])
     print(f"{name}: DER {scored.der:.3f} (missed {scored.missed:.1f} s, confusion {scored.confusion:.1f} s), "
           f"{result.speakers} speakers of {len(c.speakers)}")  # fmt: skip
-    assert result.turns and 1 <= result.speakers <= 4 and scored.der < 1.0
+    assert result.turns and 1 <= result.speakers <= len(c.speakers) + 1 and scored.der < 1.0
 
 
 @pytest.mark.slow
