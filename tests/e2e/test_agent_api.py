@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from deployments.tts.tiny_model import TINY_TTS_ID
-from tests.assertions import assert_openai_error, wait_for
+from tests.assertions import assert_openai_error, only_slots, wait_for
 
 
 def sse_events(lines) -> tuple[list[dict], bool]:
@@ -67,8 +67,12 @@ def single_replicas(server, cache_dir):
     from graphs.config import GraphArgs
     from graphs.omni import build_graph
 
-    off = {"enabled": False}
-    args = {"cache_dir": str(cache_dir), "llm": {"default_model": TINY_LLM_ID, "models": []}, "asr": off, "image": off}
+    # Only the agent's two slots: the others' replicas would load models no test here uses.
+    args = {
+        "cache_dir": str(cache_dir),
+        **only_slots("llm", "tts"),
+        "llm": {"default_model": TINY_LLM_ID, "models": []},
+    }
     one = {"num_replicas": 1}
     app = build_graph(GraphArgs.from_args(args, environ={}), {"LLM": one, "TTS": one})
     serve.run(app, name="agent-single", route_prefix="/agent-single", blocking=False)

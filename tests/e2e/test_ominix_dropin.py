@@ -15,7 +15,7 @@ import pytest
 
 from deployments.audio.encode import encode_wav
 from deployments.resources import reserve
-from tests.assertions import assert_openai_error, wait_for
+from tests.assertions import assert_openai_error, only_slots, wait_for
 from tests.e2e.test_voices_api import tone_wav
 from tests.fake_hub import running_hub
 
@@ -59,9 +59,7 @@ def dropin(server, cache_dir, tmp_path_factory, hub):
     reference.write_bytes(tone_wav(330, 1.5))
     args = {
         "cache_dir": str(cache_dir),
-        "llm": {"enabled": False},
-        "asr": {"enabled": False},
-        "image": {"enabled": False},
+        **only_slots("tts"),  # the drop-in behaviours here are the TTS slot's
         "tts": {
             "voices_config": str(work / "voices.json"),
             "aliases": {"qwen3-tts": TINY_TTS},
