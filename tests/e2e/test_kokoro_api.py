@@ -54,7 +54,9 @@ def transcribe(client, samples: np.ndarray, rate: int) -> str:
     return result.text
 
 
-@pytest.mark.parametrize("voice", ["am_michael", "bf_emma"])
+# One named voice unlike the default (af_heart, the test below); af_heart and bm_george are
+# transcribed back in process too (tests/unit/tts/test_kokoro.py).
+@pytest.mark.parametrize("voice", ["am_michael"])
 def test_speech_round_trip_through_the_graph(client, voice):
     audio = client.audio.speech.create(model=KOKORO_TTS_ID, voice=voice, input=SENTENCE, response_format="wav")
     samples, rate = sf.read(io.BytesIO(audio.content), dtype="float32")
