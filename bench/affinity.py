@@ -1,14 +1,22 @@
-"""What affinity routing saves: multi-turn conversations on two LLM replicas, routed by this
-graph's `AffinityRouter` and by Serve's default router (power of two choices), side by side.
+"""What affinity routing and the prompt cache's disk tier save: multi-turn conversations on two
+LLM replicas, routed by this graph's `AffinityRouter` and by Serve's default router (power of two
+choices), side by side, on two workloads:
 
-CONVERSATIONS conversations at once share a long system prompt; each sends its turns one after
-another, every user turn pasting a passage (its history and answers resent as in a chat client,
-no `prompt_cache_key`: the router keys them by their head). Reports, per router: the share of prompt tokens the replicas' prefix
-caches served (`usage.prompt_tokens_details.cached_tokens` / `prompt_tokens`) on the later turns
-and on all turns, and TTFT p50/p95 of the later turns. Every request does the same work (greedy,
-ignore_eos, token counts checked); both apps have the shipped LLM settings (the prompt cache's
-disk tier included, each app on its own cache dir, so a turn on the other replica may load its
-prefix from disk). On request:
+- `pasted`: every user turn pastes a passage (a document, an earlier reply): each turn's new
+  tokens are ~15 % of its prompt, so no cache can serve more than ~0.85 of it;
+- `agent`: what agents and coding tools send: a long shared prefix (instructions and tool
+  definitions) and short turns ("go on", a tool's one-line result) on the growing history, so
+  nearly all of a later turn's prompt is what the conversation's previous turn held.
+
+CONVERSATIONS conversations at once share the system prompt; each sends its turns one after
+another (its history and answers resent as in a chat client, no `prompt_cache_key`: the router
+keys them by their head). Reports, per workload and router: the share of prompt tokens the
+replicas' prefix caches served (`usage.prompt_tokens_details.cached_tokens` / `prompt_tokens`)
+on the later turns and on all turns, beside the most any cache could serve (the previous turn's
+prompt and answer), and TTFT p50/p95 of the later turns. Every request does the same work
+(greedy, ignore_eos, token counts checked); both apps have the shipped LLM settings (the prompt
+cache's disk tier included, each app on its own cache dir, so a turn on the other replica may
+load its prefix from disk). On request:
 
     .venv/bin/python -m bench --scenarios affinity
 """
@@ -35,6 +43,11 @@ SYSTEMS = {
 }
 CONVERSATIONS = 16
 REPLICAS = 2
+# name: (system prompt words, smoke size; words pasted per user turn, smoke size; what the turn says)
+WORKLOADS = {
+    "pasted": ((300, 40), (60, 10), "go on with the story, using this:"),
+    "agent": ((600, 40), (0, 0), "done, the tool said ok; next step."),
+}
 
 
 def _router_options(name: str) -> dict:
@@ -50,11 +63,13 @@ def passage(conv: int, turn: int, words: int) -> str:
     return " ".join(rng.choice(VOCABULARY) for _ in range(words))
 
 
-async def conversation(call, system: str, conv: int, turns: int, tokens: int, words: int) -> list[Timing]:
+async def conversation(
+    call, system: str, conv: int, turns: int, tokens: int, words: int, says: str = WORKLOADS["pasted"][2]
+) -> list[Timing]:
     messages = [{"role": "system", "content": system}]
     out = []
     for turn in range(turns):
-        text = f"Conversation {conv}, turn {turn}: go on with the story, using this: {passage(conv, turn, words)}"
+        text = f"Conversation {conv}, turn {turn}: {says} {passage(conv, turn, words)}".rstrip()
         messages.append({"role": "user", "content": text})
         t = await call(body(messages, tokens))
         if t.tokens != tokens:
@@ -92,8 +107,10 @@ def summarize(conversations: list[list[Timing]]) -> dict:
     }
 
 
-async def run_round(call, system: str, turns: int, tokens: int, words: int) -> dict:
-    convs = await asyncio.gather(*(conversation(call, system, i, turns, tokens, words) for i in range(CONVERSATIONS)))
+async def run_round(call, system: str, turns: int, tokens: int, words: int, says: str = WORKLOADS["pasted"][2]) -> dict:
+    convs = await asyncio.gather(
+        *(conversation(call, system, i, turns, tokens, words, says) for i in range(CONVERSATIONS))
+    )
     return summarize(convs)
 
 
@@ -102,8 +119,7 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
     model_dir = ensure_bench_model(cache_dir, config)
     tokens = min(opts.tokens, 16)
     turns = 2 if opts.smoke else 4
-    system = system_prompt(40 if opts.smoke else 300)
-    words = 10 if opts.smoke else 60  # pasted per user turn
+    size = 1 if opts.smoke else 0
     http = httpx.AsyncClient(timeout=httpx.Timeout(600), limits=httpx.Limits(max_connections=64))
     calls, apps = {}, []
     try:
@@ -120,40 +136,54 @@ async def run(cluster: Optional[BenchCluster], cache_dir: Path, work: Path, opts
             calls[name] = lambda b, u=url: stream_chat(http, f"{u}/v1/chat/completions", b, keep_text=True)
             progress(f"affinity: {name} is up ({REPLICAS} LLM replicas)")
         for call in calls.values():  # warm-up on every replica, with a system prompt no round uses
-            await run_round(call, system_prompt(20), 1, tokens, words)
-        runs: dict = {name: [] for name in SYSTEMS}
-        for rep in range(opts.repeats):
-            names = list(SYSTEMS)
-            for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                m = await run_round(calls[name], f"Round {rep}. {system}", turns, tokens, words)  # starts cold
-                runs[name].append(m)
-                progress(
-                    f"affinity: repeat {rep + 1}/{opts.repeats} {name}: later turns cached "
-                    f"{m['later_turns_cached_share']:.0%}, TTFT p50 {m['later_turns_ttft_p50_ms']:.0f} ms"
-                )
+            await run_round(call, system_prompt(20), 1, tokens, 10)
+        runs: dict = {w: {name: [] for name in SYSTEMS} for w in WORKLOADS}
+        shapes = {}
+        for workload, (system_words, pasted, says) in WORKLOADS.items():
+            system, words = system_prompt(system_words[size]), pasted[size]
+            shapes[workload] = {"system_prompt_chars": len(system), "words_pasted_per_turn": words, "turn_says": says}
+            for rep in range(opts.repeats):
+                names = list(SYSTEMS)
+                for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                    # A system prompt no earlier round used: every round starts cold.
+                    head = f"Round {rep} of the {workload} workload. {system}"
+                    m = await run_round(calls[name], head, turns, tokens, words, says)
+                    runs[workload][name].append(m)
+                    progress(
+                        f"affinity: {workload} repeat {rep + 1}/{opts.repeats} {name}: later turns cached "
+                        f"{m['later_turns_cached_share']:.0%} (at most {m['later_turns_cacheable_share']:.0%}), "
+                        f"TTFT p50 {m['later_turns_ttft_p50_ms']:.0f} ms"
+                    )
     finally:
         await http.aclose()
         for app in apps:
             cluster.delete(app)
-    results = {name: {**median_over_repeats(r), "repeats": r} for name, r in runs.items()}
-    ours, default = results["affinity_router"], results["serve_default_router"]
+    results = {
+        w: {name: {**median_over_repeats(r), "repeats": r} for name, r in by_router.items()}
+        for w, by_router in runs.items()
+    }
     return {
         "model": model_dir.name,
         "replicas": REPLICAS,
         "conversations": CONVERSATIONS,
         "turns": turns,
         "tokens_per_request": tokens,
-        "system_prompt_chars": len(system),
-        "words_per_user_turn": words,
+        "workloads": shapes,
         "repeats": opts.repeats,
         "results": results,
-        "later_turns_ttft_vs_default": ratio(ours["later_turns_ttft_p50_ms"], default["later_turns_ttft_p50_ms"]),
+        "later_turns_ttft_vs_default": {
+            w: ratio(
+                r["affinity_router"]["later_turns_ttft_p50_ms"], r["serve_default_router"]["later_turns_ttft_p50_ms"]
+            )
+            for w, r in results.items()
+        },
     }
 
 
 def render(result: dict) -> str:
     rows = [
         [
+            workload,
             SYSTEMS[name],
             m["later_turns_cached_share"],
             m.get("later_turns_cacheable_share"),
@@ -162,10 +192,12 @@ def render(result: dict) -> str:
             m["later_turns_ttft_p95_ms"],
             m["first_turn_ttft_p50_ms"],
         ]
-        for name, m in result["results"].items()
+        for workload, by_router in result["results"].items()
+        for name, m in by_router.items()
     ]
     out = table(
         [
+            "workload",
             "router",
             "cached share, turns 2+",
             "at most (previous turn's prompt + answer)",
@@ -176,11 +208,17 @@ def render(result: dict) -> str:
         ],
         rows,
     )
-    r = result["later_turns_ttft_vs_default"]
+    lines = [
+        f"- {w}: a {shape['system_prompt_chars']}-character shared system prompt, each user turn "
+        f'"{shape["turn_says"]}"'
+        + (f" and a {shape['words_pasted_per_turn']}-word passage" if shape["words_pasted_per_turn"] else "")
+        + "; TTFT p50 of turns 2+ with the affinity router / Serve's default: "
+        + ("-" if (r := result["later_turns_ttft_vs_default"][w]) is None else f"{r:.3g}")
+        for w, shape in result["workloads"].items()
+    ]
     return (
         out + f"\n\n{result['conversations']} conversations x {result['turns']} turns at a time on "
-        f"{result['replicas']} LLM replicas, a {result['system_prompt_chars']}-character shared system prompt; "
-        f"TTFT p50 of turns 2+ with the affinity router / Serve's default: {'-' if r is None else f'{r:.3g}'}"
+        f"{result['replicas']} LLM replicas:\n\n" + "\n".join(lines)
     )
 
 
@@ -188,13 +226,15 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     plt = pyplot()
     if plt is None:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    percentile_bars(
-        axes[0], result["results"], "later_turns_ttft_p50_ms", "later_turns_ttft_p95_ms", "turns 2+: TTFT ms"
-    )
-    names = list(result["results"])
-    axes[1].bar(names, [result["results"][n]["later_turns_cached_share"] for n in names])
+    flat = {f"{w}: {name}": m for w, by_router in result["results"].items() for name, m in by_router.items()}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    percentile_bars(axes[0], flat, "later_turns_ttft_p50_ms", "later_turns_ttft_p95_ms", "turns 2+: TTFT ms")
+    names = list(flat)
+    axes[1].bar(names, [flat[n]["later_turns_cached_share"] for n in names], label="cached")
+    axes[1].plot(names, [flat[n]["later_turns_cacheable_share"] for n in names], "k_", markersize=30, label="at most")
     axes[1].set_title("turns 2+: share of prompt tokens cached")
+    axes[1].tick_params(axis="x", labelrotation=20)
+    axes[1].legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

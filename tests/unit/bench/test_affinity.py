@@ -19,8 +19,20 @@ def test_the_cached_share_of_later_turns_is_shown_beside_what_a_perfect_cache_co
         "conversations": 1,
         "turns": 3,
         "replicas": 2,
-        "system_prompt_chars": 10,
-        "results": {"affinity_router": m, "serve_default_router": m},
-        "later_turns_ttft_vs_default": 1.0,
+        "workloads": {
+            "pasted": {"system_prompt_chars": 10, "words_pasted_per_turn": 60, "turn_says": "go on"},
+            "agent": {"system_prompt_chars": 10, "words_pasted_per_turn": 0, "turn_says": "next step."},
+        },
+        "results": {w: {"affinity_router": m, "serve_default_router": m} for w in ("pasted", "agent")},
+        "later_turns_ttft_vs_default": {"pasted": 1.0, "agent": None},
     }
-    assert "previous turn's prompt + answer" in render(result)
+    text = render(result)
+    assert "previous turn's prompt + answer" in text
+    assert "| agent | Serve's default router |" in text and "60-word passage" in text
+
+
+def test_the_agent_workload_says_little_per_turn_and_pastes_nothing():
+    from bench.affinity import WORKLOADS, passage
+
+    (_, _), (pasted, smoke), says = WORKLOADS["agent"]
+    assert pasted == smoke == 0 and passage(1, 2, pasted) == "" and len(says.split()) < 10
