@@ -9,6 +9,7 @@ exception that crosses a handle onto an OpenAI-shaped `APIError` once, so router
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Optional
 
@@ -37,6 +38,11 @@ class SlotStream:
             first = await gen.__anext__()
         except StopAsyncIteration:
             first = None
+        except asyncio.CancelledError:
+            # The route's timeout or the client leaving: it stays a cancellation (RouteTimeout
+            # answers 504), never a 500 "CancelledError"; the call in the deployment stops too.
+            gen.cancel()
+            raise
         except BaseException as e:
             gen.cancel()
             raise from_exception(e) from None

@@ -31,6 +31,28 @@ async def slow(request):
     return PlainTextResponse("late")
 
 
+class SilentSlot:
+    """A deployment's response stream whose first chunk never comes (a long queue in the slot)."""
+
+    cancelled = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        await asyncio.Event().wait()
+
+    def cancel(self):
+        SilentSlot.cancelled = True
+
+
+async def slow_stream(request):
+    from deployments.ingress.clients import SlotStream
+
+    await SlotStream.start(SilentSlot())
+    return PlainTextResponse("late")
+
+
 async def wait(request):
     await release.wait()
     return PlainTextResponse("done")
@@ -60,6 +82,7 @@ def make_app(**overrides):
         routes=[
             Route("/echo", echo, methods=["POST"]),
             Route("/slow", slow),
+            Route("/slow-stream", slow_stream),
             Route("/wait", wait),
             Route("/health", health),
             WebSocketRoute("/ws", ws),
@@ -108,6 +131,15 @@ async def test_body_over_the_cap_is_413_declared_or_streamed():
 async def test_route_timeout_is_504():
     async with client(make_app()) as c:
         assert_error(await c.get("/slow"), 504, "timeout_error")
+
+
+async def test_a_slot_stream_still_waiting_at_the_timeout_is_a_504_and_is_cancelled():
+    """The timeout's cancellation reaches the ingress while it waits for a slot's first chunk:
+    it must stay a cancellation (a 504 here), not become a 500 "CancelledError"."""
+    SilentSlot.cancelled = False
+    async with client(make_app()) as c:
+        assert_error(await c.get("/slow-stream"), 504, "timeout_error")
+    assert SilentSlot.cancelled  # the call in the deployment is stopped too
 
 
 async def test_requests_beyond_the_cap_get_429_with_retry_after():
