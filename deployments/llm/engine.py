@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from deployments.engine_thread import STOP, EngineThread, Message, drop_weights, unloaded
+from deployments.engine_thread import STOP, EngineThread, Message, unloaded
 from deployments.generation.output import OutputParser, ParsedText
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
@@ -251,12 +251,11 @@ class LLMEngine(EngineThread[_Request]):
         self._loop(mx.default_stream(mx.default_device()))
 
     def _release(self) -> None:
-        model, self._model = self._model, None
         self._batch = None
         if self.prefix_cache is not None:
             self.prefix_cache.close()  # what the writer holds is written before the arrays go
         self.prefix_cache = None
-        drop_weights(model)
+        super()._release()
 
     def _load(self) -> None:
         import mlx_lm

@@ -26,7 +26,7 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, Optional
 
-from deployments.engine_thread import EngineThread, Message, drop_weights
+from deployments.engine_thread import EngineThread, Message
 from deployments.generation.output import OutputParser
 from deployments.generation.sampling import SamplingParams
 from deployments.protocol.generation import GenerationChunk
@@ -97,9 +97,8 @@ class VLMEngine(EngineThread[VLMJob]):
         )
 
     def _release(self) -> None:
-        model, self._model = self._model, None
         self._processor = None
-        drop_weights(model)
+        super()._release()
 
     def _handle(self, job: VLMJob) -> None:
         import mlx.core as mx

@@ -6,6 +6,7 @@ is generated as on a first start) differ from what a user runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -125,7 +126,8 @@ def server(serve_work, cache_dir, ray_cluster):
         # Killed, not asked to shut Serve down: the session's cluster goes next (ray_cluster's
         # shutdown stops every process of it), and serve run's graceful stop of the graph's
         # replicas ran into its 60 s wait at the end of every run, checking nothing.
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have died on its own
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
 
