@@ -13,8 +13,9 @@ Here:
 - wide stride-1 convolutions (7+ taps) through the FFT (deployments/kernels/fft_conv.py).
 
 `OMINIX_CPU_KERNELS` switches them: unset or `all` (the default), `none`, or a comma list of
-`gemm_conv`, `fft_conv` (the FFT path needs `gemm_conv`'s dispatch) and `kokoro` (Kokoro's fused
-AdaIN + Snake, deployments/kernels/kokoro.py).
+`gemm_conv`, `fft_conv` (the FFT path needs `gemm_conv`'s dispatch), `kokoro` (Kokoro's fused
+AdaIN + Snake, deployments/kernels/kokoro.py) and `llm_attention` (mlx-lm's prefill attention,
+deployments/kernels/llm_attention.py, installed by the LLM engine).
 
 `install_cpu_kernels()` replaces `mx.conv1d` / `mx.conv_transpose1d` in the process with
 wrappers that use these on the CPU device and call MLX's own op everywhere else (Metal, an
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 _ORIGINAL: dict = {}
 _LOCK = threading.Lock()
 KERNELS_ENV = "OMINIX_CPU_KERNELS"
-KERNELS = ("gemm_conv", "fft_conv", "kokoro")
+KERNELS = ("gemm_conv", "fft_conv", "kokoro", "llm_attention")
 # What install_cpu_kernels() switched on (read by the ops at call time).
 _ENABLED: set = set()
 

@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 class EngineConfig:
     max_batch_size: int = 32  # sequences decoded together
     prefill_batch_size: int = 8  # prompts prefilled together
-    prefill_step_size: int = 2048  # prompt tokens per prefill step
+    prefill_step_size: Optional[int] = None  # prompt tokens per prefill step; None: prefill_step()
     batching: bool = True
     default_max_tokens: int = 2048
     prefix_cache_entries: int = 10  # prompt caches kept for reuse; 0 turns the cache off
@@ -263,6 +263,7 @@ class LLMEngine(EngineThread[_Request]):
         t0 = time.perf_counter()
         self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
+        self._install_cpu_attention()
         self.context_length = model_config.get("max_position_embeddings")
         self.vocab_size = (model_config.get("text_config") or model_config).get("vocab_size")
         gen_config = self.model_dir / "generation_config.json"
@@ -329,6 +330,16 @@ class LLMEngine(EngineThread[_Request]):
             decision.reason,
         )
 
+    @staticmethod
+    def _install_cpu_attention() -> None:
+        """Prefill attention through numpy on MLX's CPU backend (deployments/kernels/
+        llm_attention.py: ~85 % of a 2.3k-token prefill was MLX's CPU `exp`); not on Metal."""
+        from deployments.kernels import llm_attention
+        from deployments.kernels.conv import enabled_kernels
+
+        if "llm_attention" in enabled_kernels():
+            llm_attention.install()
+
     def _new_batch(self, stream):
         from mlx_lm.generate import BatchGenerator
 
@@ -338,7 +349,7 @@ class LLMEngine(EngineThread[_Request]):
             self._model,
             completion_batch_size=size,
             prefill_batch_size=min(prefill, size),
-            prefill_step_size=self.config.prefill_step_size,
+            prefill_step_size=prefill_step(self.config.prefill_step_size),
             stream=stream,
         )
 
@@ -670,6 +681,24 @@ class LLMEngine(EngineThread[_Request]):
         if seq.request.logprobs is not None:
             chunk.logprobs, seq.pending_logprobs = seq.pending_logprobs, []
         return chunk
+
+
+# Prompt tokens per prefill step when the config names none. On MLX's CPU backend a prefill's
+# cost grows with the step (a step's attention scores and the activations it carries fall out of
+# the caches): a 2347-token prompt of the benchmark Qwen3 prefilled in 11.8 s at 2048, 8.3 at 512,
+# 7.9 at 256 (MLX's attention), 5.8 / 5.1 / 5.2 with deployments/kernels/llm_attention.py; eight
+# of them batched 71.6 s at 2048, 39.7 at 512, 38.3 at 256 (docs/performance.md, "Prefill").
+# On Metal mlx-lm's own default.
+CPU_PREFILL_STEP = 512
+METAL_PREFILL_STEP = 2048
+
+
+def prefill_step(configured: Optional[int]) -> int:
+    if configured:
+        return configured
+    from deployments.llm.dtype_policy import on_cpu_backend
+
+    return CPU_PREFILL_STEP if on_cpu_backend() else METAL_PREFILL_STEP
 
 
 def _share_point(segments: list[list[int]]) -> int:
