@@ -40,7 +40,7 @@ from deployments.generation.sampling import SamplingParams
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.logprobs import TokenBytes, entry
-from deployments.llm.prefix_cache import ANSWER, PrefillPlan, PrefixCache, load_cache, save_cache
+from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
@@ -96,6 +96,9 @@ class _Request(Message):
     cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache saved
     admitted_at: float = 0.0  # when it joined the batch: its prefill time is measured from here
     keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
+    # The system prompt's tokens while this request prefills them for the prefix cache: others
+    # that start with them wait for its cache rather than prefill them again (_park).
+    shares_system: Optional[tuple[int, ...]] = None
     # Choices 1..n-1 until the first has prefilled all of the prompt but its last token, and
     # how many of the first's segment ends that takes (see _share_point).
     waiting: list[_Sequence] = field(default_factory=list)
@@ -356,9 +359,14 @@ class LLMEngine(EngineThread[_Request]):
     def _loop(self, stream) -> None:
         self._batch = self._new_batch(stream)
         active: dict[int, _Sequence] = {}
+        # A system prompt being prefilled -> the sequence prefilling it, and the requests that
+        # start with it, parked until its cache is kept (_park).
+        self._prefilling: dict[tuple[int, ...], int] = {}
+        self._parked: dict[tuple[int, ...], list[_Request]] = {}
         while True:
             if not self._take_inbox(active, block=not active):
                 return
+            self._unpark_orphans(active)
             if not active:
                 continue
             try:
@@ -402,24 +410,63 @@ class LLMEngine(EngineThread[_Request]):
                 break
             block = False
             if request is STOP:
-                for running in {seq.request for seq in active.values()}:
+                parked = [r for waiting in self._parked.values() for r in waiting]
+                for running in {seq.request for seq in active.values()} | set(parked):
                     self._fail(running, unloaded(self.model_id))
                 return False
             if request.cancelled:  # abandoned before it started
                 continue
-            try:
-                started = self._admit(request)
-            except APIError as e:
-                self._fail(request, e)
-                continue
-            except Exception as e:
-                logger.exception("Could not start a sequence")
-                self._fail(request, server_error(f"Could not start generation: {e}"))
-                continue
-            active.update((seq.uid, seq) for seq in started)
-            self.stats["running"] = len(active)
+            if not self._park(request):
+                self._start(request, active)
         self._drop_cancelled(active)
         return True
+
+    def _start(self, request: _Request, active: dict[int, _Sequence]) -> None:
+        try:
+            started = self._admit(request)
+        except APIError as e:
+            self._fail(request, e)
+            return
+        except Exception as e:
+            logger.exception("Could not start a sequence")
+            self._fail(request, server_error(f"Could not start generation: {e}"))
+            return
+        active.update((seq.uid, seq) for seq in started)
+        self.stats["running"] = len(active)
+        first = started[0] if started else None
+        if first is not None and request.keep_at_ends[:1] == [SYSTEM]:
+            request.shares_system = tuple(request.prompt.token_ids[: request.prompt.system_end])
+            self._prefilling[request.shares_system] = first.uid
+
+    def _park(self, request: _Request) -> bool:
+        """Hold a request whose system prompt another sequence is prefilling right now: once
+        that cache is kept, this one starts from it instead of prefilling the same tokens beside
+        it (a burst of conversations on one system prompt prefills it once; with 512-token steps
+        the rest of a burst otherwise joins before the first has reached its system prompt's
+        end)."""
+        end = request.prompt.system_end
+        if self.prefix_cache is None or end <= 0:
+            return False
+        key = tuple(request.prompt.token_ids[:end])
+        if key not in self._prefilling:
+            return False
+        self._parked.setdefault(key, []).append(request)
+        return True
+
+    def _unpark(self, key: tuple[int, ...], active: dict[int, _Sequence]) -> None:
+        self._prefilling.pop(key, None)
+        for request in self._parked.pop(key, []):
+            if request.cancelled:
+                continue
+            if not self._park(request):  # a new owner may have started for this prompt
+                self._start(request, active)
+
+    def _unpark_orphans(self, active: dict[int, _Sequence]) -> None:
+        """Parked requests whose owner left the batch (cancelled, failed, finished) before its
+        system prompt's end start on their own (the first of them becomes the new owner)."""
+        for key, uid in list(self._prefilling.items()):
+            if uid not in active:
+                self._unpark(key, active)
 
     def _drop_cancelled(self, active: dict[int, _Sequence]) -> None:
         """Sequences whose client went away leave the batch before the next step."""
@@ -503,6 +550,9 @@ class LLMEngine(EngineThread[_Request]):
             self._keep_prompt_caches(active, keep)
         for uid in ends:
             request = active[uid].request
+            if request.shares_system is not None:  # its first end: the system prompt's, now kept
+                key, request.shares_system = request.shares_system, None
+                self._unpark(key, active)
             if request.waiting:
                 request.ends_to_share -= 1
                 if request.ends_to_share == 0:

@@ -87,10 +87,24 @@ def test_what_it_does_not_cover_goes_to_mlx_lm():
     assert not kernel.applies(small[0], small[1], None, None)  # a short prompt: MLX is cheaper
 
 
-def test_install_reaches_imported_models_and_uninstall_restores(tmp_path):
+@pytest.fixture
+def mlx_lm_own():
+    """mlx-lm's own attention for the test (an engine earlier in the process installed ours),
+    put back as it was after."""
+    was_installed = kernel._state["original"] is not None
+    kernel.uninstall()
+    yield
+    if was_installed:
+        kernel.install()
+    else:
+        kernel.uninstall()
+
+
+def test_install_reaches_imported_models_and_uninstall_restores(mlx_lm_own):
     from mlx_lm.models import base, qwen3
 
     original = base.scaled_dot_product_attention
+    assert original is not kernel.scaled_dot_product_attention
     try:
         assert kernel.install()
         assert qwen3.scaled_dot_product_attention is kernel.scaled_dot_product_attention
@@ -101,7 +115,7 @@ def test_install_reaches_imported_models_and_uninstall_restores(tmp_path):
     assert base.scaled_dot_product_attention is original
 
 
-def test_a_real_prefill_gives_the_same_logits_and_greedy_tokens(tmp_path):
+def test_a_real_prefill_gives_the_same_logits_and_greedy_tokens(tmp_path, mlx_lm_own):
     """The tiny Qwen3 (random weights, float32): a 400-token prompt prefilled in 128-token
     chunks then decoded greedily, with MLX's attention and with ours."""
     import mlx_lm
@@ -130,7 +144,6 @@ def test_a_real_prefill_gives_the_same_logits_and_greedy_tokens(tmp_path):
         ours = run()
     finally:
         kernel.numpy_attention = inner
-        kernel.uninstall()
     assert calls, "the prefill did not go through the numpy path"
     assert [t for t, _ in ours] == [t for t, _ in reference]
     for (_, a), (_, b) in zip(ours, reference):

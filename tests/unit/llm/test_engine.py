@@ -39,6 +39,36 @@ async def test_batched_greedy_output_equals_sequential(engine):
     assert all(last.finish_reason == "length" and last.usage.completion_tokens == 24 for _, last in together)
 
 
+async def test_long_prompts_prefilled_together_equal_each_alone(tiny_llm_dir):
+    """Prompts longer than a CPU prefill step (512 tokens), of different lengths: prefilled in
+    one batch, they go through the CPU attention kernel (deployments/kernels/llm_attention.py)
+    with left-padded masks, and each gets the tokens and log-probabilities it gets alone (the
+    random tiny model's greedy text barely depends on its prompt; its log-probabilities do)."""
+    from deployments.kernels import llm_attention
+
+    # No prefix cache: the batch must prefill the prompts, not find them where "alone" left them.
+    engine = await LLMEngine.start("tiny-uncached", tiny_llm_dir, EngineConfig(prefix_cache_entries=0))
+    assert llm_attention._state["original"] is not None, "the engine did not install the kernel"
+    prompts = [" ".join(f"w{(j * 7 + i) % 50}" for j in range(400 + 150 * i)) for i in range(3)]
+
+    async def scored(text):
+        prompt = completion_prompt(engine.tokenizer, CompletionRequest(prompt=text))
+        params = SamplingParams.from_request(CompletionRequest(prompt=text, max_tokens=6, temperature=0), 6, {})
+        entries = [e async for c in engine.generate(prompt, params, logprobs=0) for e in c.logprobs or []]
+        return len(prompt.token_ids), [e.token for e in entries], [e.logprob for e in entries]
+
+    try:
+        alone = [await scored(p) for p in prompts]
+        together = await asyncio.gather(*[scored(p) for p in prompts])
+    finally:
+        engine.shutdown()
+    lengths = [n for n, _, _ in alone]
+    assert min(lengths) > 512 and len(set(lengths)) == 3, lengths
+    for (_, tokens, logprobs), (_, tokens_alone, logprobs_alone) in zip(together, alone):
+        assert tokens == tokens_alone
+        assert logprobs == pytest.approx(logprobs_alone, abs=1e-4)
+
+
 async def test_closing_the_stream_removes_the_sequence(engine):
     before = dict(engine.stats)
     request = CompletionRequest(prompt="hello", max_tokens=3000, temperature=0)
