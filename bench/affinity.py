@@ -46,10 +46,12 @@ REPLICAS = 2
 # name: (system prompt words, smoke size; words pasted per user turn, smoke size; what the turn says)
 WORKLOADS = {
     "pasted": ((300, 40), (60, 10), "go on with the story, using this:"),
-    # ~1.1k tokens of instructions and tools (about 1.9 tokens a word with the benchmark model's
-    # tokenizer, bench/restart.py). With 1200 or 1700 words, a request of the round waited past
-    # the chat route's 300 s timeout on this 2-core machine (an HTTP 500 "CancelledError").
-    "agent": ((600, 40), (0, 0), "done, the tool said ok; next step."),
+    # ~3.5k tokens of instructions and tools (about 1.95 tokens a word with the benchmark model's
+    # tokenizer): near the 4k-token prefix, with room for four turns in the model's
+    # 4096-token context. Before the CPU prefill fixes (deployments/kernels/llm_attention.py, the
+    # 512-token step) the round's 16 cold first turns at 1200 words already waited past the chat
+    # route's 300 s timeout on this 2-core machine.
+    "agent": ((1800, 40), (0, 0), "done, the tool said ok; next step."),
 }
 
 
