@@ -19,6 +19,7 @@ beside it in milliseconds. `feed` and `probabilities` agree to 1e-5 (tested).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -38,6 +39,8 @@ RATE = 16000
 WINDOW = 512
 CONTEXT = 64
 BLOCK_WINDOWS = 1875  # windows per pass over a whole recording: 60 s
+LOG_EVERY_S = 600  # a progress line per this much audio of a long recording
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -116,11 +119,14 @@ class SileroVAD:
             return np.zeros(0, dtype=np.float32)
         # In blocks, the LSTM's state carried from one to the next: the same probabilities as
         # one pass, with memory bounded by a block whatever the recording's length.
-        out, lstm, step = [], None, BLOCK_WINDOWS * WINDOW
+        out, lstm, step, logged = [], None, BLOCK_WINDOWS * WINDOW, 0
         for start in range(0, len(samples), step):
             context = samples[start - CONTEXT : start] if start else None
             probs, lstm = self._run(windows(samples[start : start + step], context), lstm)
             out.append(probs)
+            if start - logged >= LOG_EVERY_S * RATE:  # a long recording shows its progress
+                logger.info("Voice activity: %.0f s of %.0f s of audio", start / RATE, len(samples) / RATE)
+                logged = start
         return np.concatenate(out)
 
     def feed(self, samples: np.ndarray, state: StreamState | None = None) -> tuple[np.ndarray, StreamState]:
