@@ -20,6 +20,7 @@ from deployments.audio_models.speaker_encoder import (
     embed_utterance,
     normalize_volume,
     partial_starts,
+    rms_level,
 )
 from deployments.similarity import cosine
 from tests.speech import silence, speak
@@ -165,3 +166,20 @@ def test_torch_file_refuses_code(tmp_path):
     path.write_bytes(pickle.dumps({"zip": "format"}))
     with pytest.raises(torch_legacy.TorchFileError, match="not a legacy torch file"):
         torch_legacy.load(path)
+
+
+def test_the_level_of_a_long_recording_is_measured_in_bounded_memory():
+    """Ten minutes (38 MB of float32): the RMS of one float64 pass, without a float64 copy."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    samples = rng.standard_normal(600 * RATE).astype(np.float32) * np.float32(0.1)
+    tracemalloc.start()
+    try:
+        level = rms_level(samples)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MB"
+    assert level == pytest.approx(float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))), rel=1e-12)
+    assert rms_level(np.zeros(0, np.float32)) == 0.0
