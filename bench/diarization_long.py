@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import resource
 import sys
 import time
@@ -21,17 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.cluster import rss_bytes
 from bench.report import save_standalone, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return (rss_bytes(os.getpid()) or float("nan")) / 2**20
 
 
 def recording(minutes: float):

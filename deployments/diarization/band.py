@@ -16,8 +16,6 @@ import numpy as np
 
 FRAME = 512
 CUTOFF_HZ = 4200.0
-
-
 BLOCK_FRAMES = 2048  # frames transformed at a time: ~1 M samples, ~12 MB of float64 work
 
 

@@ -737,7 +737,8 @@ class LLMEngine(EngineThread[_Request]):
 # cost grows with the step (a step's attention scores and the activations it carries fall out of
 # the caches): a 2347-token prompt of the benchmark Qwen3 prefilled in 11.8 s at 2048, 8.3 at 512,
 # 7.9 at 256 (MLX's attention), 5.8 / 5.1 / 5.2 with deployments/kernels/llm_attention.py; eight
-# of them batched 71.6 s at 2048, 39.7 at 512, 38.3 at 256 (docs/performance.md, "Prefill").
+# of them batched 71.6 s at 2048, 39.7 at 512, 38.3 at 256 (docs/performance.md, "A long
+# prompt's prefill on MLX's CPU backend").
 # On Metal mlx-lm's own default.
 CPU_PREFILL_STEP = 512
 METAL_PREFILL_STEP = 2048
