@@ -16,7 +16,8 @@ class VLMCompletionRequest(RequestModel):
     keep_alive: Optional[KeepAlive] = KEEP_ALIVE_FIELD
     image: str = Field(..., description="The image: base64, or a data:image/...;base64 URL")
     prompt: str = Field(..., min_length=1)
-    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
+    # OminiX-API answers this route greedily unless asked (a chat completion's default is 1.0).
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: Optional[int] = Field(None, ge=1)
 
     @field_validator("image")

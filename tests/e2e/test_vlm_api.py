@@ -67,6 +67,8 @@ def test_vlm_completions_in_ominix_shape(http):
     usage = answer["usage"]
     assert usage["completion_tokens"] == 5 and usage["prompt_tokens"] > 18  # the processor's count, not words + 196
     assert usage["total_tokens"] == usage["prompt_tokens"] + 5 and isinstance(answer["content"], str)
+    # Greedy unless asked, as OminiX-API: the same image and prompt, the same answer.
+    assert http.post("/v1/vlm/completions", json=body).json()["content"] == answer["content"]
 
 
 @pytest.mark.parametrize(
