@@ -112,7 +112,7 @@ def test_every_slot_answers_and_no_replica_was_replaced(client, http, replicas_b
     assert speech.status_code == 200 and rate == 24000 and samples.size > 0
     assert http.get(VOICES).status_code == 200
     chat = client.chat.completions.create(
-        model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=2, temperature=0
     )
     assert chat.choices[0].finish_reason == "length"
 

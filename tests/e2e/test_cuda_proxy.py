@@ -181,7 +181,7 @@ def test_pong_streaming(cuda_client, cuda_http, fresh):
 
 
 def test_unmapped_ids_stay_local(cuda_client, cuda_http, fresh):
-    r = cuda_client.chat.completions.create(model=LOCAL, messages=PING, max_tokens=3)
+    r = cuda_client.chat.completions.create(model=LOCAL, messages=PING, max_tokens=3, temperature=0)
     assert r.model == LOCAL and r.usage.completion_tokens == 3
     # exact, case-sensitive matching: a near miss is not routed (and not served either)
     with pytest.raises(openai.NotFoundError):

@@ -360,7 +360,11 @@ def test_https_with_streaming(cluster):
     )
     chunks = list(
         client.chat.completions.create(
-            model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True
+            model="ominix-tiny-qwen3",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            temperature=0,
+            stream=True,
         )
     )
     assert chunks[0].choices[0].delta.role == "assistant"

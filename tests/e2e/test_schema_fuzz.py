@@ -127,6 +127,6 @@ def test_graph_is_ready_and_chats_after_the_fuzzing(http, client):
     r = http.get("/readyz")
     assert r.status_code == 200, r.text
     chat = client.chat.completions.create(
-        model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        model="ominix-tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=2, temperature=0
     )
     assert chat.choices[0].finish_reason == "length" and chat.usage.completion_tokens == 2
