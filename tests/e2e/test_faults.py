@@ -54,7 +54,13 @@ def _wait_for_llm(client, timeout_s=120):
 def test_replica_killed_mid_stream_ends_the_stream_with_an_error_and_recovers(server, client):
     replicas = _llm_replica_names()
     assert replicas, "no running LLM replica"
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": 3500, "stream": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "go"}],
+        "max_tokens": 3500,
+        "ignore_eos": True,
+        "stream": True,
+    }
     events = []
     with httpx.Client(base_url=server, timeout=httpx.Timeout(30.0)) as c:
         with c.stream("POST", "/v1/chat/completions", json=body) as r:

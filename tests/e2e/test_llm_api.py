@@ -161,7 +161,7 @@ def test_client_disconnect_stops_generation(server):
         return llm.stats.remote().result()[MODEL]
 
     before = stats()
-    body = {"model": MODEL, "messages": HELLO, "max_tokens": 3500, "stream": True}
+    body = {"model": MODEL, "messages": HELLO, "max_tokens": 3500, "ignore_eos": True, "stream": True}
     with httpx.Client(base_url=server, timeout=30) as c:
         with c.stream("POST", "/v1/chat/completions", json=body) as r:
             lines = r.iter_lines()
