@@ -3,12 +3,26 @@ sentences of text and their speech. No Ray, no MLX."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pydantic import ConfigDict, Field, field_validator
 
 from deployments.protocol.openai import ChatMessage, RequestModel
 from deployments.protocol.speech import SynthesisParams
+
+
+@dataclass(frozen=True)
+class Speech:
+    """How an answer is spoken: the TTS model (None: the slot's default), voice, speed, language."""
+
+    tts_model: Optional[str] = None
+    voice: Optional[str] = None
+    speed: float = 1.0
+    language: Optional[str] = None
+
+    def synthesis(self, text: str) -> SynthesisParams:
+        return SynthesisParams(text=text, voice=self.voice, speed=self.speed, language=self.language)
 
 
 class AgentRequest(RequestModel):
@@ -45,5 +59,5 @@ class AgentRequest(RequestModel):
         body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
         return {**body, "messages": [*system, *turns, {"role": "user", "content": self.input}], "stream": True}
 
-    def synthesis(self, text: str) -> SynthesisParams:
-        return SynthesisParams(text=text, voice=self.voice, speed=self.speed, language=self.language)
+    def speech(self) -> Speech:
+        return Speech(self.tts_model, self.voice, self.speed, self.language)

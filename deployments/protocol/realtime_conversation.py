@@ -1,7 +1,9 @@
 """OpenAI's Realtime conversation session (`/v1/realtime` without `intent=transcription`), GA
 event shapes as the openai SDK 3.x types them (openai/types/realtime/): the session a client
 configures (the transcription session's input side, plus instructions, the output voice and
-modalities), the conversation's items, the response object, and the output audio framing.
+modalities, function tools), the conversation's items (messages, function calls and their
+outputs) and the chat request they make for the LLM, the response object, and the output audio
+framing.
 
 The input side (audio format, server VAD, the ASR model) is `TranscriptionSession`'s, parsed by
 the same code. Ray-free and MLX-free; the WebSocket is deployments/ingress/serving/conversation.py.
@@ -10,13 +12,16 @@ the same code. Ray-free and MLX-free; the WebSocket is deployments/ingress/servi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
 
 from deployments.audio.encode import to_pcm16
 from deployments.audio.resample import resample
+from deployments.protocol.errors import APIError
+from deployments.protocol.openai import ToolCall
 from deployments.protocol.realtime import RealtimeError, TranscriptionSession, object_at
+from deployments.protocol.responses import chat_tool_choice, chat_tools
 
 OUTPUT_RATE = 24000  # audio/pcm output is 24 kHz PCM16 mono in OpenAI's API
 MODALITIES = (("audio",), ("text",))  # OpenAI: audio (with its transcript) or text only
@@ -30,6 +35,8 @@ class ConversationSession(TranscriptionSession):
     speed: float = 1.0
     output_modalities: tuple[str, ...] = ("audio",)
     max_output_tokens: Optional[int] = None  # None: "inf", the LLM's own limit
+    tools: tuple[dict, ...] = ()  # function tools in Realtime's shape: {type, name, description, parameters}
+    tool_choice: Union[str, dict] = "auto"  # auto | none | required | {type: function, name}
 
     @property
     def speaks(self) -> bool:
@@ -45,6 +52,8 @@ class ConversationSession(TranscriptionSession):
             "instructions": self.instructions,
             "output_modalities": list(self.output_modalities),
             "max_output_tokens": self.max_output_tokens or "inf",
+            "tools": list(self.tools),
+            "tool_choice": self.tool_choice,
             "audio": {"input": transcription["audio"]["input"], "output": output},
         }
 
@@ -75,12 +84,51 @@ class ConversationSession(TranscriptionSession):
         """What a session.update's `session` and a response.create's `response` both set
         (instructions, output_modalities, max_output_tokens, the output voice), and their
         `audio.output` object."""
-        parsers = {"instructions": _text, "output_modalities": modalities, "max_output_tokens": max_tokens}
+        parsers = {
+            "instructions": _text,
+            "output_modalities": modalities,
+            "max_output_tokens": max_tokens,
+            "tools": _tools,
+            "tool_choice": lambda value, param: value if value is not None else "auto",
+        }
         changes = {k: parse(fields[k], f"{prefix}.{k}") for k, parse in parsers.items() if k in fields}
         output = object_at(object_at(fields, "audio", f"{prefix}.audio"), "output", f"{prefix}.audio.output")
         if "voice" in output:
             changes["voice"] = _voice(output["voice"], f"{prefix}.audio.output.voice")
-        return replace(self, **changes), output
+        new = replace(self, **changes)
+        new.chat_tools(prefix)  # the tools and the choice, checked together
+        return new, output
+
+    def chat_tools(self, prefix: str = "session") -> dict[str, Any]:
+        """The tools and tool_choice of the LLM's chat request (none when there are no tools);
+        a RealtimeError names the field under `prefix` when they are not served."""
+        forced = self.tool_choice not in ("auto", "none")
+        if not self.tools:
+            if forced:
+                raise RealtimeError("tool_choice forces a tool call, but there are no tools", f"{prefix}.tool_choice")
+            return {}
+        try:
+            return {
+                "tools": chat_tools(list(self.tools)),
+                "tool_choice": chat_tool_choice(self.tool_choice, list(self.tools)),
+            }
+        except APIError as e:
+            raise RealtimeError(e.message, f"{prefix}.{e.param}" if e.param else prefix) from None
+
+    def chat_body(self, history: list[dict], model: Optional[str]) -> dict[str, Any]:
+        """The LLM's streamed chat request: the instructions as the system prompt, then the
+        conversation (chat messages: user and assistant turns, tool calls and their results)."""
+        system = [{"role": "system", "content": self.instructions}] if self.instructions else []
+        body = {"model": model, "messages": [*system, *history], "max_tokens": self.max_output_tokens}
+        return {**body, **self.chat_tools(), "stream": True}
+
+
+def _tools(value: Any, param: str) -> tuple[dict, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise RealtimeError("`tools` must be a list of tool objects", param)
+    return tuple(value)
 
 
 def _voice(value: Any, param: str) -> Optional[str]:
@@ -111,7 +159,11 @@ def user_text(item: Any) -> str:
     """The text of a conversation.item.create's user message (input_text parts joined)."""
     param = "item"
     if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user":
-        raise RealtimeError("Only user messages can be added: {type: message, role: user, content: [...]}", param)
+        raise RealtimeError(
+            "Only user messages ({type: message, role: user, content: [...]}) and function_call_output "
+            "items can be added",
+            param,
+        )
     content = item.get("content")
     if not isinstance(content, list) or not content:
         raise RealtimeError("A message needs `content`: a list of input_text parts", "item.content")
@@ -124,6 +176,45 @@ def user_text(item: Any) -> str:
     if not text:
         raise RealtimeError("The message has no text", "item.content")
     return text
+
+
+def function_output(item: dict) -> tuple[str, str]:
+    """The call id and output of a conversation.item.create's function_call_output item."""
+    call_id, output = item.get("call_id"), item.get("output")
+    if not isinstance(call_id, str) or not call_id:
+        raise RealtimeError("A function_call_output item needs the `call_id` of the call it answers", "item.call_id")
+    if not isinstance(output, str):
+        raise RealtimeError("A function_call_output item needs `output`: a string", "item.output")
+    return call_id, output
+
+
+def function_call_item(item_id: str, call: ToolCall, status: str, arguments: Optional[str] = None) -> dict:
+    """A function call the model made (`arguments` "" while it is announced)."""
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": status,
+        "name": call.function.name,
+        "call_id": call.id,
+        "arguments": call.function.arguments if arguments is None else arguments,
+    }
+
+
+def function_output_item(item_id: str, call_id: str, output: str) -> dict:
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call_output",
+        "status": "completed",
+        "call_id": call_id,
+        "output": output,
+    }
+
+
+def assistant_calls(text: str, calls: list[ToolCall]) -> dict:
+    """The assistant's turn in the chat history when it called tools."""
+    return {"role": "assistant", "content": text or None, "tool_calls": [c.model_dump() for c in calls]}
 
 
 def user_item(item_id: str, text: str, audio: bool) -> dict:

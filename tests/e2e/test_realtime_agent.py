@@ -142,3 +142,49 @@ async def test_the_openai_sdk_holds_a_text_conversation(aclient):
             assert e.response.status == "completed" and e.response.output[0].content[0].text == "".join(deltas)
             answers.append("".join(deltas))
     assert all(a.strip() for a in answers), answers
+
+
+async def test_the_openai_sdk_runs_a_function_call_round_trip(aclient):
+    """A voice agent's tool use as the SDK sends it: a function tool in the session, a call the
+    model makes (forced for this response: SmolLM2-135M does not choose tools reliably), its
+    output added back, and a spoken answer that uses it."""
+    import jsonschema
+
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    }
+
+    async def until_done(conn) -> list:
+        events = []
+        async for e in conn:
+            assert e.type != "error", e
+            events.append(e)
+            if e.type == "response.done":
+                return events
+
+    async with aclient.realtime.connect(model="ominix-smollm2-135m-instruct") as conn:
+        await conn.session.update(session={"type": "realtime", "tools": [tool], "max_output_tokens": 24})
+        question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
+        await conn.conversation.item.create(item=question)
+        await conn.response.create(response={"tool_choice": {"type": "function", "name": "get_weather"}})
+        events = await until_done(conn)
+        [call] = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert call.name == "get_weather"
+        jsonschema.validate(json.loads(call.arguments), tool["parameters"])
+        assert events[-1].response.output[-1].type == "function_call"
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny", "celsius": 21}'}
+        await conn.conversation.item.create(item=output)
+        await conn.response.create(response={"tool_choice": "none"})
+        answer = await until_done(conn)
+        done = answer[-1].response
+        assert done.status == "completed" and [i.type for i in done.output] == ["message"]
+        assert done.output[0].content[0].transcript.strip()
+        assert any(e.type == "response.output_audio.delta" for e in answer)  # spoken

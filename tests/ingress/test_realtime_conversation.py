@@ -3,17 +3,21 @@ the ASR slot (the fakes' loudness VAD, a decoder that names each utterance's len
 and TTS slots. Each server-VAD turn transcribed then answered by the agent pipeline as OpenAI's
 response events; manual commits, text turns and text-only responses; the conversation's history
 reaching the LLM; every event as the openai SDK types it; response.cancel and barge-in stopping the LLM and TTS streams; bad events as
-error events on an open socket; the model on the URL (the key: tests/ingress/test_realtime.py)."""
+error events on an open socket; the model on the URL (the key: tests/ingress/test_realtime.py);
+function tools: a call as its own output item, its output added back and answered."""
 
 from __future__ import annotations
 
 import base64
 import concurrent.futures
+from collections.abc import Callable
 
 import pytest
 from starlette.testclient import TestClient
 
 from deployments.protocol.errors import APIError
+from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.openai import FunctionCall, ToolCall
 from tests.ingress import fakes
 from tests.ingress.fakes import pcm, streaming_asr
 from tests.ingress.test_realtime import append, until
@@ -219,9 +223,10 @@ def test_an_llm_failure_is_a_failed_response_and_the_session_goes_on(app, slots)
         ws.receive_json()
         say(ws)
         events = typed(until(ws, "response.done"))
-        assert events[-2]["type"] != "error" and any(e["type"] == "error" for e in events)
+        assert [e["type"] for e in events[-3:]] == ["response.created", "error", "response.done"]
         done = events[-1]["response"]
         assert done["status"] == "failed" and "engine died" in done["status_details"]["error"]["message"]
+        assert done["output"] == []  # nothing was said: no message item was opened
         slots["llm"].answers["chat"] = fakes.generation(ANSWER)
         ws.send_json({"type": "response.create"})
         assert until(ws, "response.done")[-1]["response"]["status"] == "completed"
@@ -318,3 +323,151 @@ def test_a_socket_closed_mid_response_stops_both_slots(app, slots, host):
     from tests.assertions import wait_for
 
     wait_for(lambda: not in_flight(slots) and len(host.table) == 0, timeout_s=10)
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def calling(arguments: str, text: str = "") -> Callable[..., list]:
+    """An LLM stream that (after `text`, if any) calls get_weather with `arguments`."""
+
+    def answer(request, model=None) -> list[GenerationChunk]:
+        said = fakes.generation(text)(request, model=model)[:-1] if text else []
+        call = ToolCall(id="call_abc", function=FunctionCall(name="get_weather", arguments=arguments))
+        chunks = [*said, GenerationChunk(tool_calls=[call]), GenerationChunk(finish_reason="tool_calls")]
+        chunks[0].model = model or "ominix-tiny-qwen3"
+        return chunks
+
+    return answer
+
+
+def ask(ws, text: str = "Weather in Paris?", response: dict | None = None) -> list[dict]:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    ws.send_json({"type": "conversation.item.create", "item": item})
+    ws.send_json({"type": "response.create", **({"response": response} if response else {})})
+    return typed(until(ws, "response.done"))
+
+
+def test_a_function_call_round_trip(app, slots):
+    slots["llm"].answers["chat"] = calling('{"city": "Paris"}')
+    with connect(app) as ws:
+        ws.receive_json()
+        session = {"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER]}
+        ws.send_json({"type": "session.update", "session": session})
+        updated = ws.receive_json()["session"]
+        assert updated["tools"] == [WEATHER] and updated["tool_choice"] == "auto"
+        events = ask(ws)
+        kinds = [e["type"] for e in events]
+        assert kinds[kinds.index("response.created") :] == [
+            "response.created",
+            "response.output_item.added",
+            "conversation.item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.done",
+        ]  # only a call: no message item
+        arguments = events[-3]
+        assert (arguments["name"], arguments["arguments"], arguments["call_id"]) == (
+            "get_weather",
+            '{"city": "Paris"}',
+            "call_abc",
+        )
+        done = events[-1]["response"]
+        assert done["status"] == "completed" and [i["type"] for i in done["output"]] == ["function_call"]
+        assert done["output"][0] == {**events[-2]["item"], "status": "completed"}
+        [chat] = chats(slots)
+        assert [t.model_dump(exclude_none=True) for t in chat.tools] == [
+            {"type": "function", "function": {k: WEATHER[k] for k in ("name", "description", "parameters")}}
+        ]
+        assert chat.tool_choice == "auto"
+        # The client runs the function and hands back its output; the next response answers with it.
+        output = {"type": "function_call_output", "call_id": "call_abc", "output": '{"sky": "sunny"}'}
+        ws.send_json({"type": "conversation.item.create", "item": output})
+        [added] = typed([ws.receive_json()])
+        assert added["type"] == "conversation.item.added" and added["item"]["output"] == '{"sky": "sunny"}'
+        assert added["previous_item_id"] == events[-2]["item"]["id"]
+        slots["llm"].answers["chat"] = fakes.generation("It is sunny in Paris.")
+        ws.send_json({"type": "response.create"})
+        answered = typed(until(ws, "response.done"))
+        assert answered[-1]["response"]["output"][0]["content"][0]["text"] == "It is sunny in Paris."
+        turns = chats(slots)[1].messages
+        assert [m.role for m in turns] == ["user", "assistant", "tool"]
+        assert turns[1].tool_calls[0].id == "call_abc" and turns[1].tool_calls[0].function.name == "get_weather"
+        assert (turns[2].tool_call_id, turns[2].content) == ("call_abc", '{"sky": "sunny"}')
+        # An output for a call nobody made, or made and answered already, is refused.
+        ws.send_json({"type": "conversation.item.create", "item": output})
+        error = ws.receive_json()
+        assert error["type"] == "error" and error["error"]["param"] == "item.call_id"
+
+
+def test_words_then_a_call_are_two_output_items_and_speech(app, slots):
+    slots["llm"].answers["chat"] = calling('{"city": "Oslo"}', text="Let me check.")
+    with connect(app) as ws:
+        ws.receive_json()
+        ws.send_json({"type": "session.update", "session": {"tools": [WEATHER]}})
+        ws.receive_json()
+        events = ask(ws, response={"tool_choice": {"type": "function", "name": "get_weather"}})
+        kinds = [e["type"] for e in events]
+        assert "response.output_audio.delta" in kinds and syntheses(slots) == ["", "Let me check."]
+        message_done = kinds.index("response.output_item.done")
+        assert kinds.index("response.function_call_arguments.done") > message_done  # the call after the words
+        output = events[-1]["response"]["output"]
+        assert [(i["type"], i["status"]) for i in output] == [("message", "completed"), ("function_call", "completed")]
+        assert output[0]["content"][0]["transcript"] == "Let me check."
+        calls = [e for e in events if e["type"].startswith("response.function_call_arguments")]
+        assert {e["output_index"] for e in calls} == {1}
+        [chat] = chats(slots)
+        assert chat.tool_choice.function.name == "get_weather"  # the response's own choice
+        # The session's choice is unchanged for the next response.
+        slots["llm"].answers["chat"] = fakes.generation("Done.")
+        ws.send_json(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": "call_abc", "output": "5 C"},
+            }
+        )
+        ws.receive_json()
+        ws.send_json({"type": "response.create"})
+        until(ws, "response.done")
+        assert chats(slots)[1].tool_choice == "auto"
+        assert chats(slots)[1].messages[1].content == "Let me check."  # the words said before the call
+
+
+@pytest.mark.parametrize(
+    "message, param",
+    [
+        (
+            {"type": "session.update", "session": {"tools": [{"type": "mcp", "server_label": "x"}]}},
+            "session.tools[0].type",
+        ),
+        ({"type": "session.update", "session": {"tools": {"type": "function"}}}, "session.tools"),
+        ({"type": "session.update", "session": {"tool_choice": "required"}}, "session.tool_choice"),
+        (
+            {
+                "type": "session.update",
+                "session": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "x"}},
+            },
+            "session.tool_choice",
+        ),
+        ({"type": "response.create", "response": {"tools": [{"type": "function"}]}}, "response.tools[0].name"),
+        ({"type": "conversation.item.create", "item": {"type": "function_call_output", "output": "x"}}, "item.call_id"),
+        (
+            {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "c", "output": 3}},
+            "item.output",
+        ),
+    ],
+)
+def test_tools_that_are_not_served_are_error_events_naming_the_field(app, slots, message, param):
+    with connect(app) as ws:
+        ws.receive_json()
+        ws.send_json(message)
+        error = ws.receive_json()
+        assert error["type"] == "error" and error["error"]["param"] == param
+        ws.send_json({"type": "session.update", "session": {}})
+        assert ws.receive_json()["session"]["tools"] == []  # nothing of the refused update was applied

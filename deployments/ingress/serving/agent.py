@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from fastapi.responses import StreamingResponse
 
@@ -27,14 +27,16 @@ from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import sse_response
 from deployments.ingress.serving.speech_stream import SpeechStream, pcm_headers
 from deployments.ingress.state import IngressState
-from deployments.protocol.agent import AgentRequest
-from deployments.protocol.openai import ChatCompletionRequest
+from deployments.protocol.agent import AgentRequest, Speech
+from deployments.protocol.openai import ChatCompletionRequest, ToolCall
 
 
-async def answer_text(stream: SlotStream) -> AsyncGenerator[str, None]:
-    """The LLM's answer text as it streams (reasoning and tool calls are not spoken)."""
+async def answer_text(stream: SlotStream, calls: list[ToolCall]) -> AsyncGenerator[str, None]:
+    """The LLM's answer text as it streams; its tool calls are added to `calls` (reasoning and
+    tool calls are not spoken)."""
     async with contextlib.aclosing(stream.chunks()) as chunks:
         async for chunk in chunks:
+            calls.extend(chunk.tool_calls)
             if chunk.content:
                 yield chunk.content
 
@@ -46,15 +48,17 @@ async def _silent(sentence: str) -> AsyncGenerator[bytes, None]:
 
 @dataclass
 class AgentReply:
-    """An answer whose slots are checked and streaming: `events()` runs the pipeline once."""
+    """An answer whose slots are checked and streaming: `events()` runs the pipeline once; the
+    tool calls the LLM made are in `tool_calls` once it has run."""
 
     model: str
     sample_rate: Optional[int]  # None: a text-only reply (no TTS)
     _llm: SlotStream
     _speak: Synthesize
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
     def events(self) -> AsyncIterator[dict]:
-        return speak_while_writing(sentences_of(answer_text(self._llm)), self._speak)
+        return speak_while_writing(sentences_of(answer_text(self._llm, self.tool_calls)), self._speak)
 
 
 class ServingAgent:
@@ -63,7 +67,7 @@ class ServingAgent:
 
     async def stream(self, request: AgentRequest) -> StreamingResponse:
         """SSE: `meta`, the reply's events, then `[DONE]`."""
-        reply = await self.reply(request)
+        reply = await self.reply(request.chat_body(), request.speech())
         meta = {
             "type": "meta",
             "model": reply.model,
@@ -82,32 +86,32 @@ class ServingAgent:
         response.headers.update(pcm_headers(reply.sample_rate))
         return response
 
-    async def reply(self, request: AgentRequest, speak: bool = True) -> AgentReply:
-        """The answer to `request`, both slots checked (`speak=False`: the LLM's text only)."""
-        chat = validate_body(ChatCompletionRequest, request.chat_body())
+    async def reply(self, body: dict[str, Any], speech: Optional[Speech]) -> AgentReply:
+        """The answer to the chat request `body`, spoken as `speech` says (None: the LLM's text
+        only), both slots checked."""
+        chat = validate_body(ChatCompletionRequest, body)
         llm_model = self.state.catalog.resolve("llm", chat.model)
-        tts_model = self.state.catalog.resolve("tts", request.tts_model) if speak else None
-        if speak:
-            llm, probe = await self._open(chat, llm_model, request, tts_model)
-        else:
-            llm, probe = await self.state.slot("llm").stream("chat", chat, model=llm_model), None
+        if speech is None:
+            llm = await self.state.slot("llm").stream("chat", chat, model=llm_model)
+            return AgentReply((llm.first.model if llm.first else None) or llm_model, None, llm, _silent)
+        tts_model = self.state.catalog.resolve("tts", speech.tts_model)
+        llm, probe = await self._open(chat, llm_model, speech, tts_model)
 
         async def synthesize(sentence: str) -> AsyncGenerator[bytes, None]:
-            speech = await SpeechStream.open(self.state, request.synthesis(sentence), tts_model)
-            async with contextlib.aclosing(speech.pcm()) as pcm:
+            spoken = await SpeechStream.open(self.state, speech.synthesis(sentence), tts_model)
+            async with contextlib.aclosing(spoken.pcm()) as pcm:
                 async for data in pcm:
                     yield data
 
-        model = (llm.first.model if llm.first else None) or llm_model
-        return AgentReply(model, probe and probe.sample_rate, llm, synthesize if speak else _silent)
+        return AgentReply((llm.first.model if llm.first else None) or llm_model, probe.sample_rate, llm, synthesize)
 
     async def _open(
-        self, chat: ChatCompletionRequest, llm_model: str, request: AgentRequest, tts_model: str
+        self, chat: ChatCompletionRequest, llm_model: str, speech: Speech, tts_model: str
     ) -> tuple[SlotStream, SpeechStream]:
         """Both slots checked at once; if either fails, the other's call is cancelled."""
         opening = [
             asyncio.ensure_future(self.state.slot("llm").stream("chat", chat, model=llm_model)),
-            asyncio.ensure_future(SpeechStream.open(self.state, request.synthesis(""), tts_model)),
+            asyncio.ensure_future(SpeechStream.open(self.state, speech.synthesis(""), tts_model)),
         ]
         try:
             llm, probe = await asyncio.gather(*opening, return_exceptions=True)

@@ -10,12 +10,19 @@ and speech starting while it plays (barge-in), cancel that task, which closes th
 the synthesis in progress. Every response ends with `response.done` (completed, cancelled or
 failed), and what it said joins the conversation as the assistant's turn.
 
+With function tools in the session, the LLM may call them: each call is a function_call output
+item after the message (if the model also said something). The client runs it and adds a
+function_call_output item, then asks for the next response, which answers with the result.
+
 client: session.update (type realtime), input_audio_buffer.append / commit / clear,
-        conversation.item.create (a user text message), response.create, response.cancel
-server: the transcription session's events, conversation.item.added, response.created,
-        response.output_item.added, response.content_part.added,
-        response.output_audio_transcript.delta (or response.output_text.delta for text only),
-        response.output_audio.delta (base64 PCM16, 24 kHz), their `.done` events, response.done
+        conversation.item.create (a user text message, a function_call_output), response.create,
+        response.cancel
+server: the transcription session's events, conversation.item.added, response.created, and per
+        output item: response.output_item.added, then for the message
+        response.content_part.added, response.output_audio_transcript.delta (or
+        response.output_text.delta for text only), response.output_audio.delta (base64 PCM16,
+        24 kHz) and their `.done` events, for a function call
+        response.function_call_arguments.delta / .done; response.output_item.done; response.done
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from fastapi import WebSocket
@@ -33,11 +40,16 @@ from deployments.ingress.serving.agent import ServingAgent
 from deployments.ingress.serving.asr_sessions import ServingASRSessions
 from deployments.ingress.serving.realtime import Connection
 from deployments.ingress.state import IngressState
-from deployments.protocol.agent import AgentRequest
+from deployments.protocol.agent import Speech
+from deployments.protocol.openai import ToolCall
 from deployments.protocol.realtime import RealtimeError, error_event, event, new_id
 from deployments.protocol.realtime_conversation import (
     ConversationSession,
+    assistant_calls,
     assistant_item,
+    function_call_item,
+    function_output,
+    function_output_item,
     output_pcm,
     response_object,
     user_item,
@@ -68,19 +80,23 @@ def _cancelled(response: Response) -> tuple[str, dict]:
 
 @dataclass
 class Response:
-    """The response in progress: its task, and why it is being cancelled."""
+    """The response in progress: its task, its output items so far, and why it is being
+    cancelled. Its message item is opened when the first words arrive (a response that only
+    calls tools has none)."""
 
     id: str
-    item_id: str
+    item_id: str  # the message's
     session: ConversationSession
     task: Optional[asyncio.Task] = None
     reason: Optional[str] = None  # turn_detected | client_cancelled
     closing: bool = False  # the socket is gone: no events
     finishing: bool = False  # its done events are being sent: too late to cancel
+    opened: bool = False  # the message item was added
+    output: list = field(default_factory=list)  # the finished output items, for response.done
 
     @property
     def ids(self) -> dict:
-        """The fields every delta and done event of its one output item carries."""
+        """The fields every delta and done event of its message item carries."""
         return {"response_id": self.id, "item_id": self.item_id, "output_index": 0}
 
     def part(self, text: str = "") -> dict:
@@ -95,6 +111,7 @@ class Conversation(Connection):
         self.agent = ServingAgent(state)
         self.llm_model = llm_model
         self.history: list[dict] = []  # the conversation as chat messages, oldest first
+        self.open_calls: set[str] = set()  # the call ids of function calls with no output yet
         self.last_item: Optional[str] = None  # the conversation's newest item
         self.response: Optional[Response] = None
 
@@ -106,9 +123,7 @@ class Conversation(Connection):
             if not await self.cancel_response("client_cancelled"):
                 raise RealtimeError("There is no response in progress to cancel", None, "response_cancel_not_active")
         elif kind == "conversation.item.create":
-            text = user_text(message.get("item"))
-            given = message["item"].get("id")
-            await self.add_user(given if isinstance(given, str) and given else new_id("item"), text, audio=False)
+            await self.add_item(message.get("item"))
         else:
             await super().handle(message)
 
@@ -128,11 +143,27 @@ class Conversation(Connection):
         if turn is not None and turn.create_response and self.response is None:
             await self.respond(None)
 
+    async def add_item(self, item: Any) -> None:
+        """A conversation.item.create: a user message, or the output of a function call."""
+        given = item.get("id") if isinstance(item, dict) else None
+        item_id = given if isinstance(given, str) and given else new_id("item")
+        if not isinstance(item, dict) or item.get("type") != "function_call_output":
+            await self.add_user(item_id, user_text(item), audio=False)
+            return
+        call_id, output = function_output(item)
+        if call_id not in self.open_calls:
+            raise RealtimeError(f"No function call with call_id '{call_id}' is waiting for its output", "item.call_id")
+        self.open_calls.discard(call_id)
+        self.history.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        await self._added(function_output_item(item_id, call_id, output))
+
     async def add_user(self, item_id: str, text: str, audio: bool) -> None:
         self.history.append({"role": "user", "content": text})
-        previous, self.last_item = self.last_item, item_id
-        added = event("conversation.item.added", previous_item_id=previous, item=user_item(item_id, text, audio))
-        await self.send(added)
+        await self._added(user_item(item_id, text, audio))
+
+    async def _added(self, item: dict) -> None:
+        previous, self.last_item = self.last_item, item["id"]
+        await self.send(event("conversation.item.added", previous_item_id=previous, item=item))
 
     async def respond(self, params: Any) -> None:
         if self.response is not None:
@@ -140,16 +171,22 @@ class Conversation(Connection):
                 "A response is in progress: cancel it first", None, "conversation_already_has_active_response"
             )
         session = self.config.for_response(params)
-        if not self.history or self.history[-1]["role"] != "user":
-            raise RealtimeError("The conversation has no user message to answer", None, "no_user_message")
+        if not self.history or self.history[-1]["role"] not in ("user", "tool"):
+            raise RealtimeError(
+                "The conversation has no user message or function output to answer", None, "no_user_message"
+            )
         response = self.response = Response(new_id("resp"), new_id("item"), session)
         await self.send(event("response.created", response=response_object(response.id, session, "in_progress", [])))
-        item = assistant_item(response.item_id, "", session.speaks, "in_progress")
+        response.task = asyncio.create_task(self._run(response))
+
+    async def _open_message(self, response: Response) -> None:
+        """The response's message item, added before its first words."""
+        response.opened = True
+        item = assistant_item(response.item_id, "", response.session.speaks, "in_progress")
         await self.send(event("response.output_item.added", response_id=response.id, output_index=0, item=item))
         previous, self.last_item = self.last_item, response.item_id
         await self.send(event("conversation.item.added", previous_item_id=previous, item=item))
         await self.send(event("response.content_part.added", content_index=0, part=response.part(), **response.ids))
-        response.task = asyncio.create_task(self._run(response))
 
     async def cancel_response(self, reason: str) -> bool:
         """Cancel the response in progress (its response.done is sent before this returns)."""
@@ -176,25 +213,15 @@ class Conversation(Connection):
                 await self.response.task
         await super().close()
 
-    def request(self, session: ConversationSession) -> AgentRequest:
-        """The agent's request for the conversation so far: its last user message answered."""
-        return AgentRequest(
-            input=self.history[-1]["content"],
-            system=session.instructions,
-            messages=self.history[:-1],
-            model=self.llm_model,
-            voice=session.voice,
-            speed=session.speed,
-            max_tokens=session.max_output_tokens,
-        )
-
     async def _run(self, response: Response) -> None:
-        session, said = response.session, []
+        session, said, calls = response.session, [], []
         status, details = "completed", None
+        speech = Speech(voice=session.voice, speed=session.speed) if session.speaks else None
         try:
-            reply = await self.agent.reply(self.request(session), speak=session.speaks)
+            reply = await self.agent.reply(session.chat_body(self.history, self.llm_model), speech)
             async for piece in reply.events():
                 await self._output(piece, reply.sample_rate, said, response)
+            calls = reply.tool_calls
         except asyncio.CancelledError:
             if response.closing or response.reason is None:
                 raise
@@ -206,7 +233,7 @@ class Conversation(Connection):
                 status, details = _cancelled(response)
             else:
                 status, details = await self._failed(e)
-        await self._end(response, said, status, details)
+        await self._end(response, said, calls, status, details)
 
     async def _failed(self, e: Exception) -> tuple[str, dict]:
         """An error event for a slot's failure; the response ends `failed`."""
@@ -214,18 +241,25 @@ class Conversation(Connection):
         await self.send(error_event(error.message, error.param, error.code or "response_failed"))
         return "failed", {"type": "failed", "error": {"type": error.type, "code": error.code, "message": error.message}}
 
-    async def _end(self, response: Response, said: list, status: str, details: Optional[dict]) -> None:
+    async def _end(
+        self, response: Response, said: list, calls: list[ToolCall], status: str, details: Optional[dict]
+    ) -> None:
         response.finishing = True
         text = " ".join(said)
-        if text:
+        if calls:
+            self.history.append(assistant_calls(text, calls))
+            self.open_calls.update(c.id for c in calls)
+        elif text:
             self.history.append({"role": "assistant", "content": text})
         try:
-            await self._finish(response, text, status, details)
+            await self._finish(response, text, status, details, calls)
         finally:
             self.response = None
 
     async def _output(self, piece: dict, rate: Optional[int], said: list, response: Response) -> None:
         """One pipeline event as the Realtime delta event it stands for."""
+        if not response.opened:
+            await self._open_message(response)
         if piece["type"] == "text":
             delta = (" " if said else "") + piece["text"]
             said.append(piece["text"])
@@ -237,7 +271,17 @@ class Conversation(Connection):
             delta = base64.b64encode(pcm).decode("ascii")
             await self.send(event("response.output_audio.delta", content_index=0, delta=delta, **response.ids))
 
-    async def _finish(self, response: Response, text: str, status: str, details: Optional[dict]) -> None:
+    async def _finish(
+        self, response: Response, text: str, status: str, details: Optional[dict], calls: list[ToolCall] = ()
+    ) -> None:
+        if response.opened:
+            await self._close_message(response, text, "completed" if status == "completed" else "incomplete")
+        for call in calls:
+            await self._function_call(response, call)
+        done = response_object(response.id, response.session, status, response.output, details)
+        await self.send(event("response.done", response=done))
+
+    async def _close_message(self, response: Response, text: str, state: str) -> None:
         ids = response.ids
         if response.session.speaks:
             await self.send(event("response.output_audio.done", content_index=0, **ids))
@@ -245,8 +289,24 @@ class Conversation(Connection):
         else:
             await self.send(event("response.output_text.done", content_index=0, text=text, **ids))
         await self.send(event("response.content_part.done", content_index=0, part=response.part(text), **ids))
-        state = "completed" if status == "completed" else "incomplete"
         item = assistant_item(response.item_id, text, response.session.speaks, state)
         await self.send(event("response.output_item.done", response_id=response.id, output_index=0, item=item))
-        done = response_object(response.id, response.session, status, [item], details)
-        await self.send(event("response.done", response=done))
+        response.output.append(item)
+
+    async def _function_call(self, response: Response, call: ToolCall) -> None:
+        """One call the LLM made, as an output item whose arguments arrive whole (the LLM slot
+        parses a call once its markup is closed)."""
+        index, item_id = len(response.output), new_id("item")
+        where = {"response_id": response.id, "output_index": index}
+        announced = function_call_item(item_id, call, "in_progress", "")
+        await self.send(event("response.output_item.added", **where, item=announced))
+        previous, self.last_item = self.last_item, item_id
+        await self.send(event("conversation.item.added", previous_item_id=previous, item=announced))
+        ids = {**where, "item_id": item_id, "call_id": call.id}
+        arguments = call.function.arguments
+        await self.send(event("response.function_call_arguments.delta", **ids, delta=arguments))
+        done = event("response.function_call_arguments.done", **ids, name=call.function.name, arguments=arguments)
+        await self.send(done)
+        item = function_call_item(item_id, call, "completed")
+        await self.send(event("response.output_item.done", **where, item=item))
+        response.output.append(item)

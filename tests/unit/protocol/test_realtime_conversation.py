@@ -1,14 +1,19 @@
-"""The Realtime conversation session's configuration, items and output audio, alone."""
+"""The Realtime conversation session's configuration (tools included), the chat request it
+makes, its items and output audio, alone."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from deployments.protocol.openai import FunctionCall, ToolCall
 from deployments.protocol.realtime import RealtimeError
 from deployments.protocol.realtime_conversation import (
     OUTPUT_RATE,
     ConversationSession,
+    assistant_calls,
+    function_call_item,
+    function_output,
     output_pcm,
     user_text,
 )
@@ -92,3 +97,36 @@ def test_output_audio_is_resampled_to_24_khz():
     spectrum = np.abs(np.fft.rfft(out.astype(np.float32)))
     assert abs(np.argmax(spectrum) * OUTPUT_RATE / len(out) - 440) < 2  # the same tone, at the new rate
     assert output_pcm(tone, OUTPUT_RATE) == tone
+
+
+TOOL = {"type": "function", "name": "get_time", "description": "Now", "parameters": {"type": "object"}}
+
+
+def test_the_chat_request_holds_the_instructions_the_history_and_the_tools():
+    session = ConversationSession(instructions="Be brief.", max_output_tokens=30).updated(
+        {"tools": [TOOL], "tool_choice": "required"}
+    )
+    history = [{"role": "user", "content": "Time?"}]
+    body = session.chat_body(history, "m")
+    assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history]
+    assert body["tools"] == [
+        {"type": "function", "function": {"name": "get_time", "description": "Now", "parameters": {"type": "object"}}}
+    ]
+    assert (body["tool_choice"], body["max_tokens"], body["model"], body["stream"]) == ("required", 30, "m", True)
+    named = session.for_response({"tool_choice": {"type": "function", "name": "get_time"}})
+    assert named.chat_body(history, None)["tool_choice"] == {"type": "function", "function": {"name": "get_time"}}
+    assert "tools" not in ConversationSession().chat_body(history, None)  # no tools: a plain chat
+    assert session.updated({"tools": [], "tool_choice": "auto"}).chat_body(history, None).keys().isdisjoint({"tools"})
+
+
+def test_a_function_output_item_and_the_calls_in_the_history():
+    assert function_output({"type": "function_call_output", "call_id": "c1", "output": ""}) == ("c1", "")
+    call = ToolCall(id="c1", function=FunctionCall(name="get_time", arguments="{}"))
+    turn = assistant_calls("", [call])
+    assert turn == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}],
+    }
+    announced = function_call_item("item_1", call, "in_progress", "")
+    assert (announced["arguments"], function_call_item("item_1", call, "completed")["arguments"]) == ("", "{}")
