@@ -32,6 +32,24 @@ class RealtimeError(Exception):
         self.message, self.param, self.code = message, param, code
 
 
+# OpenAI's GA fields (openai/types/realtime/), each served, refused by name when set to what is
+# not served, or (an unknown name) refused as OpenAI refuses it: never silently dropped.
+TURN_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response")
+INPUT_FIELDS = ("format", "noise_reduction", "transcription", "turn_detection")
+
+
+def known_fields(fields: dict, allowed: tuple[str, ...], name: str) -> None:
+    for key in fields:
+        if key not in allowed:
+            raise RealtimeError(f"Unknown parameter: '{name}.{key}'", f"{name}.{key}", "unknown_parameter")
+
+
+def unset(fields: dict, key: str, name: str, why: str, served: tuple = (None,)) -> None:
+    """`key` is served only at the values `served` (its absence, null): else an error saying why."""
+    if key in fields and fields[key] not in served:
+        raise RealtimeError(f"`{name}.{key}` is not served: {why}", f"{name}.{key}", "unsupported_parameter")
+
+
 @dataclass(frozen=True)
 class TurnDetection:
     """server_vad's settings (OpenAI's defaults)."""
@@ -56,6 +74,8 @@ class TurnDetection:
 @dataclass(frozen=True)
 class TranscriptionSession:
     TYPE: ClassVar[str] = "transcription"
+    FIELDS: ClassVar[tuple[str, ...]] = ("type", "audio", "include")
+    AUDIO: ClassVar[tuple[str, ...]] = ("input",)
     rate: int = 24000
     model: Optional[str] = None
     language: Optional[str] = None
@@ -91,10 +111,17 @@ class TranscriptionSession:
             raise RealtimeError("session.update needs a `session` object", "session")
         if session.get("type", self.TYPE) != self.TYPE:
             raise RealtimeError(f"This connection serves {self.TYPE} sessions only", "session.type")
-        audio_input = object_at(object_at(session, "audio", "session.audio"), "input", "session.audio.input")
+        known_fields(session, self.FIELDS, "session")
+        unset(session, "include", "session", "no extra output fields (such as logprobs) are served", (None, []))
+        audio = object_at(session, "audio", "session.audio")
+        known_fields(audio, self.AUDIO, "session.audio")
+        audio_input = object_at(audio, "input", "session.audio.input")
+        known_fields(audio_input, INPUT_FIELDS, "session.audio.input")
+        unset(audio_input, "noise_reduction", "session.audio.input", "no noise reduction runs before the ASR slot")
         new = self
         if "format" in audio_input:
             fmt = object_at(audio_input, "format", "session.audio.input.format")
+            known_fields(fmt, ("type", "rate"), "session.audio.input.format")
             if fmt.get("type", "audio/pcm") != "audio/pcm":
                 raise RealtimeError("Only audio/pcm input is supported", "session.audio.input.format.type")
             rate = fmt.get("rate", 24000)
@@ -103,6 +130,7 @@ class TranscriptionSession:
             new = replace(new, rate=rate)
         if "transcription" in audio_input:
             t = object_at(audio_input, "transcription", "session.audio.input.transcription")
+            known_fields(t, ("model", "language", "prompt"), "session.audio.input.transcription")
             fields = {k: t.get(k) for k in ("model", "language", "prompt")}
             for k, v in fields.items():
                 if v is not None and not isinstance(v, str):
@@ -126,6 +154,8 @@ def _turn_detection(value: Any) -> Optional[TurnDetection]:
         return None
     if not isinstance(value, dict) or value.get("type") != "server_vad":
         raise RealtimeError("turn_detection must be null (manual commits) or {type: server_vad, ...}", param)
+    known_fields(value, (*TURN_FIELDS, "idle_timeout_ms"), param)
+    unset(value, "idle_timeout_ms", param, "the server does not prompt a silent user")
     t = TurnDetection()
     threshold = value.get("threshold", t.threshold)
     padding = value.get("prefix_padding_ms", t.prefix_padding_ms)

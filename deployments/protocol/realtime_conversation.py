@@ -20,16 +20,47 @@ from deployments.audio.encode import to_pcm16
 from deployments.audio.resample import resample
 from deployments.protocol.errors import APIError
 from deployments.protocol.openai import ToolCall
-from deployments.protocol.realtime import RealtimeError, TranscriptionSession, object_at
+from deployments.protocol.realtime import RealtimeError, TranscriptionSession, known_fields, object_at, unset
 from deployments.protocol.responses import chat_tool_choice, chat_tools
 
 OUTPUT_RATE = 24000  # audio/pcm output is 24 kHz PCM16 mono in OpenAI's API
 MODALITIES = (("audio",), ("text",))  # OpenAI: audio (with its transcript) or text only
 
 
+# What a response.create's `response` may set (`metadata` is the client's own, accepted).
+RESPONSE_FIELDS = (
+    "audio",
+    "conversation",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "output_modalities",
+    "prompt",
+    "tool_choice",
+    "tools",
+)
+NO_STORED_PROMPTS = "stored prompts are not kept here: send `instructions`"
+
+
 @dataclass(frozen=True)
 class ConversationSession(TranscriptionSession):
     TYPE: ClassVar[str] = "realtime"
+    # `tracing` is accepted and has no effect: it names OpenAI's trace dashboard.
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        *TranscriptionSession.FIELDS,
+        "instructions",
+        "max_output_tokens",
+        "model",
+        "output_modalities",
+        "prompt",
+        "tool_choice",
+        "tools",
+        "tracing",
+        "truncation",
+    )
+    AUDIO: ClassVar[tuple[str, ...]] = ("input", "output")
+    llm: Optional[str] = None  # the LLM that answers (`model`; the URL's `?model=` first)
     instructions: Optional[str] = None
     voice: Optional[str] = None  # None: the TTS model's default voice
     speed: float = 1.0
@@ -49,6 +80,7 @@ class ConversationSession(TranscriptionSession):
             "type": "realtime",
             "id": session_id,
             "object": "realtime.session",
+            "model": self.llm,
             "instructions": self.instructions,
             "output_modalities": list(self.output_modalities),
             "max_output_tokens": self.max_output_tokens or "inf",
@@ -59,6 +91,13 @@ class ConversationSession(TranscriptionSession):
 
     def updated(self, session: Any) -> ConversationSession:
         new, output = super().updated(session).applied(session, "session")
+        unset(session, "prompt", "session", NO_STORED_PROMPTS)
+        why = "the history is kept whole (`disabled`); a conversation longer than the LLM's context fails its responses"
+        unset(session, "truncation", "session", why, (None, "disabled"))
+        if "model" in session:
+            if not isinstance(session["model"], str) or not session["model"]:
+                raise RealtimeError("`session.model` must be a model id", "session.model")
+            new = replace(new, llm=session["model"])
         if "format" in output:
             fmt = object_at(output, "format", "session.audio.output.format")
             if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", OUTPUT_RATE) != OUTPUT_RATE:
@@ -78,6 +117,12 @@ class ConversationSession(TranscriptionSession):
             return self
         if not isinstance(params, dict):
             raise RealtimeError("`response` must be an object", "response")
+        known_fields(params, RESPONSE_FIELDS, "response")
+        known_fields(object_at(params, "audio", "response.audio"), ("output",), "response.audio")
+        unset(params, "prompt", "response", NO_STORED_PROMPTS)
+        unset(params, "input", "response", "a response answers the conversation", (None,))
+        why = "every response answers the conversation and joins it"
+        unset(params, "conversation", "response", why, (None, "auto"))
         return self.applied(params, "response")[0]
 
     def applied(self, fields: dict, prefix: str) -> tuple[ConversationSession, dict]:
@@ -93,6 +138,7 @@ class ConversationSession(TranscriptionSession):
         }
         changes = {k: parse(fields[k], f"{prefix}.{k}") for k, parse in parsers.items() if k in fields}
         output = object_at(object_at(fields, "audio", f"{prefix}.audio"), "output", f"{prefix}.audio.output")
+        known_fields(output, ("format", "speed", "voice"), f"{prefix}.audio.output")
         if "voice" in output:
             changes["voice"] = _voice(output["voice"], f"{prefix}.audio.output.voice")
         new = replace(self, **changes)
@@ -115,11 +161,11 @@ class ConversationSession(TranscriptionSession):
         except APIError as e:
             raise RealtimeError(e.message, f"{prefix}.{e.param}" if e.param else prefix) from None
 
-    def chat_body(self, history: list[dict], model: Optional[str]) -> dict[str, Any]:
+    def chat_body(self, history: list[dict]) -> dict[str, Any]:
         """The LLM's streamed chat request: the instructions as the system prompt, then the
         conversation (chat messages: user and assistant turns, tool calls and their results)."""
         system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        body = {"model": model, "messages": [*system, *history], "max_tokens": self.max_output_tokens}
+        body = {"model": self.llm, "messages": [*system, *history], "max_tokens": self.max_output_tokens}
         return {**body, **self.chat_tools(), "stream": True}
 
 

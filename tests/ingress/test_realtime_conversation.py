@@ -311,6 +311,18 @@ def test_the_llm_is_named_on_the_url(app, slots):
         ws.send_json({"type": "response.create"})
         until(ws, "response.done")
     assert slots["llm"].calls[-1][2] == "ominix-tiny-qwen3"
+    with connect(app) as ws:  # the default LLM, then the one a session.update names
+        assert ws.receive_json()["session"]["model"] is None  # the LLM slot's default
+        ws.send_json({"type": "session.update", "session": {"model": "gpt-realtime-nope"}})
+        error = ws.receive_json()
+        assert (error["error"]["param"], error["error"]["code"]) == ("session.model", "model_not_found")
+        ws.send_json({"type": "session.update", "session": {"model": "ominix-tiny-qwen3"}})
+        assert ws.receive_json()["session"]["model"] == "ominix-tiny-qwen3"
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]}
+        ws.send_json({"type": "conversation.item.create", "item": item})
+        ws.send_json({"type": "response.create"})
+        until(ws, "response.done")
+    assert slots["llm"].calls[-1][2] == "ominix-tiny-qwen3"
 
 
 def test_a_socket_closed_mid_response_stops_both_slots(app, slots, host):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from fastapi import WebSocket
@@ -108,12 +108,22 @@ class Conversation(Connection):
 
     def __init__(self, websocket: WebSocket, state: IngressState, llm_model: Optional[str]):
         super().__init__(websocket, ServingASRSessions(state))
-        self.agent = ServingAgent(state)
-        self.llm_model = llm_model
+        self.agent, self.state = ServingAgent(state), state
+        self.config = replace(self.config, llm=llm_model)
         self.history: list[dict] = []  # the conversation as chat messages, oldest first
         self.open_calls: set[str] = set()  # the call ids of function calls with no output yet
         self.last_item: Optional[str] = None  # the conversation's newest item
         self.response: Optional[Response] = None
+
+    async def open(self, config: ConversationSession) -> None:
+        """(Re)start the ASR session, with the LLM a session.update's `model` names checked."""
+        if config.llm != self.config.llm:
+            try:
+                config = replace(config, llm=self.state.catalog.resolve("llm", config.llm))
+            except Exception as e:
+                error = from_exception(e)
+                raise RealtimeError(error.message, "session.model", error.code or "model_not_found") from None
+        await super().open(config)
 
     async def handle(self, message: dict) -> None:
         kind = message.get("type")
@@ -218,7 +228,7 @@ class Conversation(Connection):
         status, details = "completed", None
         speech = Speech(voice=session.voice, speed=session.speed) if session.speaks else None
         try:
-            reply = await self.agent.reply(session.chat_body(self.history, self.llm_model), speech)
+            reply = await self.agent.reply(session.chat_body(self.history), speech)
             async for piece in reply.events():
                 await self._output(piece, reply.sample_rate, said, response)
             calls = reply.tool_calls

@@ -104,19 +104,19 @@ TOOL = {"type": "function", "name": "get_time", "description": "Now", "parameter
 
 def test_the_chat_request_holds_the_instructions_the_history_and_the_tools():
     session = ConversationSession(instructions="Be brief.", max_output_tokens=30).updated(
-        {"tools": [TOOL], "tool_choice": "required"}
+        {"tools": [TOOL], "tool_choice": "required", "model": "m"}
     )
     history = [{"role": "user", "content": "Time?"}]
-    body = session.chat_body(history, "m")
+    body = session.chat_body(history)
     assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history]
     assert body["tools"] == [
         {"type": "function", "function": {"name": "get_time", "description": "Now", "parameters": {"type": "object"}}}
     ]
     assert (body["tool_choice"], body["max_tokens"], body["model"], body["stream"]) == ("required", 30, "m", True)
     named = session.for_response({"tool_choice": {"type": "function", "name": "get_time"}})
-    assert named.chat_body(history, None)["tool_choice"] == {"type": "function", "function": {"name": "get_time"}}
-    assert "tools" not in ConversationSession().chat_body(history, None)  # no tools: a plain chat
-    assert session.updated({"tools": [], "tool_choice": "auto"}).chat_body(history, None).keys().isdisjoint({"tools"})
+    assert named.chat_body(history)["tool_choice"] == {"type": "function", "function": {"name": "get_time"}}
+    assert "tools" not in ConversationSession().chat_body(history)  # no tools: a plain chat
+    assert session.updated({"tools": [], "tool_choice": "auto"}).chat_body(history).keys().isdisjoint({"tools"})
 
 
 def test_a_function_output_item_and_the_calls_in_the_history():
@@ -130,3 +130,61 @@ def test_a_function_output_item_and_the_calls_in_the_history():
     }
     announced = function_call_item("item_1", call, "in_progress", "")
     assert (announced["arguments"], function_call_item("item_1", call, "completed")["arguments"]) == ("", "{}")
+
+
+@pytest.mark.parametrize(
+    "update, param, code",
+    [
+        ({"temperature": 0.8}, "session.temperature", "unknown_parameter"),  # a beta field, gone in GA
+        (
+            {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
+            "session.audio.input.noise_reduction",
+            None,
+        ),
+        ({"audio": {"output": {"volume": 2}}}, "session.audio.output.volume", "unknown_parameter"),
+        (
+            {"audio": {"input": {"transcription": {"model": "x", "delay": 1}}}},
+            "session.audio.input.transcription.delay",
+            None,
+        ),
+        (
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 5000}}}},
+            "session.audio.input.turn_detection.idle_timeout_ms",
+            "unsupported_parameter",
+        ),
+        ({"include": ["item.input_audio_transcription.logprobs"]}, "session.include", "unsupported_parameter"),
+        ({"prompt": {"id": "pmpt_1"}}, "session.prompt", "unsupported_parameter"),
+        ({"truncation": "auto"}, "session.truncation", "unsupported_parameter"),
+        ({"model": 5}, "session.model", None),
+    ],
+)
+def test_fields_that_would_change_the_answer_are_served_or_refused_by_name(update, param, code):
+    with pytest.raises(RealtimeError) as error:
+        ConversationSession().updated(update)
+    assert error.value.param == param and (code is None or error.value.code == code)
+
+
+def test_fields_that_change_nothing_are_accepted():
+    session = ConversationSession().updated(
+        {"truncation": "disabled", "tracing": "auto", "include": [], "audio": {"input": {"noise_reduction": None}}}
+    )
+    assert session == ConversationSession()
+
+
+@pytest.mark.parametrize(
+    "params, param",
+    [
+        ({"conversation": "none"}, "response.conversation"),
+        ({"input": [{"type": "message"}]}, "response.input"),
+        ({"prompt": {"id": "pmpt_1"}}, "response.prompt"),
+        ({"temperature": 0.2}, "response.temperature"),
+        ({"audio": {"input": {}}}, "response.audio.input"),
+    ],
+)
+def test_a_response_refuses_what_it_cannot_serve_by_name(params, param):
+    with pytest.raises(RealtimeError) as error:
+        ConversationSession().for_response(params)
+    assert error.value.param == param
+    assert (
+        ConversationSession().for_response({"conversation": "auto", "metadata": {"turn": "1"}}) == ConversationSession()
+    )
