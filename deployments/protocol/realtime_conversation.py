@@ -19,12 +19,14 @@ import numpy as np
 from deployments.audio.encode import to_pcm16
 from deployments.audio.resample import resample
 from deployments.protocol.errors import APIError
-from deployments.protocol.openai import ToolCall
+from deployments.protocol.openai import ToolCall, UsageInfo
 from deployments.protocol.realtime import RealtimeError, TranscriptionSession, known_fields, object_at, unset
+from deployments.protocol.realtime_items import ConversationItems
 from deployments.protocol.responses import chat_tool_choice, chat_tools
 
 OUTPUT_RATE = 24000  # audio/pcm output is 24 kHz PCM16 mono in OpenAI's API
 MODALITIES = (("audio",), ("text",))  # OpenAI: audio (with its transcript) or text only
+ROLES = ("user", "system")  # the messages a client adds
 
 
 # What a response.create's `response` may set (`metadata` is the client's own, accepted).
@@ -68,6 +70,7 @@ class ConversationSession(TranscriptionSession):
     max_output_tokens: Optional[int] = None  # None: "inf", the LLM's own limit
     tools: tuple[dict, ...] = ()  # function tools in Realtime's shape: {type, name, description, parameters}
     tool_choice: Union[str, dict] = "auto"  # auto | none | required | {type: function, name}
+    truncation: str = "auto"  # auto: the oldest turns are left out when the LLM's context is full
 
     @property
     def speaks(self) -> bool:
@@ -86,14 +89,17 @@ class ConversationSession(TranscriptionSession):
             "max_output_tokens": self.max_output_tokens or "inf",
             "tools": list(self.tools),
             "tool_choice": self.tool_choice,
+            "truncation": self.truncation,
             "audio": {"input": transcription["audio"]["input"], "output": output},
         }
 
     def updated(self, session: Any) -> ConversationSession:
         new, output = super().updated(session).applied(session, "session")
         unset(session, "prompt", "session", NO_STORED_PROMPTS)
-        why = "the history is kept whole (`disabled`); a conversation longer than the LLM's context fails its responses"
-        unset(session, "truncation", "session", why, (None, "disabled"))
+        why = "`auto` leaves the oldest turns out when the context is full, `disabled` never does; no retention ratio"
+        unset(session, "truncation", "session", why, (None, "auto", "disabled"))
+        if session.get("truncation") is not None:
+            new = replace(new, truncation=session["truncation"])
         if "model" in session:
             if not isinstance(session["model"], str) or not session["model"]:
                 raise RealtimeError("`session.model` must be a model id", "session.model")
@@ -161,11 +167,12 @@ class ConversationSession(TranscriptionSession):
         except APIError as e:
             raise RealtimeError(e.message, f"{prefix}.{e.param}" if e.param else prefix) from None
 
-    def chat_body(self, history: list[dict]) -> dict[str, Any]:
+    def chat_body(self, items: ConversationItems, first_turn: int = 0) -> dict[str, Any]:
         """The LLM's streamed chat request: the instructions as the system prompt, then the
-        conversation (chat messages: user and assistant turns, tool calls and their results)."""
-        system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        body = {"model": self.llm, "messages": [*system, *history], "max_tokens": self.max_output_tokens}
+        conversation (user and assistant turns, tool calls and their results) from its
+        `first_turn` (a user message) on."""
+        messages = items.chat_messages(self.instructions, first_turn)
+        body = {"model": self.llm, "messages": messages, "max_tokens": self.max_output_tokens}
         return {**body, **self.chat_tools(), "stream": True}
 
 
@@ -201,13 +208,14 @@ def max_tokens(value: Any, param: str) -> Optional[int]:
     return value
 
 
-def user_text(item: Any) -> str:
-    """The text of a conversation.item.create's user message (input_text parts joined)."""
+def input_message(item: Any) -> tuple[str, str]:
+    """The role and text of a conversation.item.create's user or system message (input_text
+    parts joined)."""
     param = "item"
-    if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user":
+    if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") not in ROLES:
         raise RealtimeError(
-            "Only user messages ({type: message, role: user, content: [...]}) and function_call_output "
-            "items can be added",
+            "Only user and system messages ({type: message, role: user, content: [...]}) and "
+            "function_call_output items can be added",
             param,
         )
     content = item.get("content")
@@ -221,7 +229,28 @@ def user_text(item: Any) -> str:
     text = " ".join(t.strip() for t in texts if t.strip())
     if not text:
         raise RealtimeError("The message has no text", "item.content")
-    return text
+    return item["role"], text
+
+
+def usage_object(usage: Optional[UsageInfo]) -> Optional[dict]:
+    """A response's token counts in Realtime's shape: the LLM's text tokens (the speech is
+    synthesized from the text, no audio tokens)."""
+    if usage is None:
+        return None
+    cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
+    return {
+        "total_tokens": usage.total_tokens,
+        "input_tokens": usage.prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "input_token_details": {
+            "text_tokens": usage.prompt_tokens,
+            "audio_tokens": 0,
+            "image_tokens": 0,
+            "cached_tokens": cached or 0,
+            "cached_tokens_details": {"text_tokens": cached or 0, "audio_tokens": 0, "image_tokens": 0},
+        },
+        "output_token_details": {"text_tokens": usage.completion_tokens, "audio_tokens": 0},
+    }
 
 
 def function_output(item: dict) -> tuple[str, str]:
@@ -258,15 +287,11 @@ def function_output_item(item_id: str, call_id: str, output: str) -> dict:
     }
 
 
-def assistant_calls(text: str, calls: list[ToolCall]) -> dict:
-    """The assistant's turn in the chat history when it called tools."""
-    return {"role": "assistant", "content": text or None, "tool_calls": [c.model_dump() for c in calls]}
-
-
-def user_item(item_id: str, text: str, audio: bool) -> dict:
-    """A user message item: an utterance's transcript, or text a client added."""
+def user_item(item_id: str, text: str, audio: bool, role: str = "user") -> dict:
+    """A user message item: an utterance's transcript, or text a client added (a system
+    message too)."""
     part = {"type": "input_audio", "transcript": text} if audio else {"type": "input_text", "text": text}
-    return _message(item_id, "user", part, "completed")
+    return _message(item_id, role, part, "completed")
 
 
 def assistant_item(item_id: str, text: str, audio: bool, status: str) -> dict:
@@ -285,7 +310,9 @@ def _message(item_id: str, role: str, part: dict, status: str) -> dict:
     }
 
 
-def response_object(response_id: str, session: ConversationSession, status: str, output: list, details=None) -> dict:
+def response_object(
+    response_id: str, session: ConversationSession, status: str, output: list, details=None, usage=None
+) -> dict:
     """The `response` of response.created (status in_progress) and response.done."""
     audio = {"output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": session.voice}}
     return {
@@ -298,7 +325,7 @@ def response_object(response_id: str, session: ConversationSession, status: str,
         "audio": audio,
         "max_output_tokens": session.max_output_tokens or "inf",
         "conversation_id": None,
-        "usage": None,
+        "usage": usage_object(usage),
     }
 
 

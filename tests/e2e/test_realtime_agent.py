@@ -140,6 +140,7 @@ async def test_the_openai_sdk_holds_a_text_conversation(aclient):
                 if e.type == "response.done":
                     break
             assert e.response.status == "completed" and e.response.output[0].content[0].text == "".join(deltas)
+            assert e.response.usage.input_tokens > 5 and 0 < e.response.usage.output_tokens <= 16
             answers.append("".join(deltas))
     assert all(a.strip() for a in answers), answers
 

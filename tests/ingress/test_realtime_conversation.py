@@ -268,7 +268,10 @@ def test_an_unknown_voice_fails_the_response(app, slots):
             None,
             "item.content",
         ),
-        ({"type": "conversation.item.delete"}, "unknown_event", "type"),
+        ({"type": "output_audio_buffer.clear"}, "unknown_event", "type"),  # WebRTC's: no such buffer here
+        ({"type": "conversation.item.delete", "item_id": "item_nope"}, "item_not_found", "item_id"),
+        ({"type": "conversation.item.retrieve"}, "item_not_found", "item_id"),
+        ({"type": "conversation.item.create", "item": {"role": "user", "content": []}}, None, "item.content"),
     ],
 )
 def test_bad_events_get_error_events_and_the_socket_stays_open(app, message, code, param):
@@ -483,3 +486,90 @@ def test_tools_that_are_not_served_are_error_events_naming_the_field(app, slots,
         assert error["type"] == "error" and error["error"]["param"] == param
         ws.send_json({"type": "session.update", "session": {}})
         assert ws.receive_json()["session"]["tools"] == []  # nothing of the refused update was applied
+
+
+def test_items_are_retrieved_deleted_and_placed_and_a_response_counts_its_tokens(app, slots):
+    with connect(app) as ws:
+        ws.receive_json()
+        events = ask(ws, "First question.", response={"output_modalities": ["text"]})
+        usage = events[-1]["response"]["usage"]
+        words = len(ANSWER.split(" "))
+        assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (3, words, 3 + words)
+        first_id = events[0]["item"]["id"]
+        ws.send_json({"type": "conversation.item.retrieve", "item_id": first_id})
+        [retrieved] = typed([ws.receive_json()])
+        assert (
+            retrieved["type"] == "conversation.item.retrieved"
+            and retrieved["item"]["content"][0]["text"] == "First question."
+        )
+        ws.send_json({"type": "conversation.item.delete", "item_id": first_id})
+        [deleted] = typed([ws.receive_json()])
+        assert (deleted["type"], deleted["item_id"]) == ("conversation.item.deleted", first_id)
+        system = {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Speak French."}]}
+        ws.send_json({"type": "conversation.item.create", "previous_item_id": "root", "item": system})
+        assert ws.receive_json()["previous_item_id"] is None
+        ask(ws, "Second question.")
+        roles = [(m.role, m.content) for m in chats(slots)[1].messages]
+        assert roles == [("system", "Speak French."), ("assistant", ANSWER), ("user", "Second question.")]
+
+
+def test_after_a_barge_in_the_conversation_keeps_what_was_played(app, slots):
+    slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER + " " + "More words. " * 50), 0.02)
+    with connect(app) as ws:
+        ws.receive_json()
+        say(ws)
+        until(ws, "response.output_audio.delta")
+        until(ws, "response.output_audio.delta")  # two sentences' audio (0.1 s each) reached the client
+        append(ws, pcm(0.6, True, rate=RATE))  # the user talks over the answer
+        done = until(ws, "response.done")[-1]["response"]
+        assert done["status"] == "cancelled"
+        answer = done["output"][0]
+        # The client had played the first sentence and part of the second when the user spoke.
+        ws.send_json(
+            {"type": "conversation.item.truncate", "item_id": answer["id"], "content_index": 0, "audio_end_ms": 150}
+        )
+        [truncated] = typed([ws.receive_json()])
+        assert (truncated["type"], truncated["item_id"], truncated["audio_end_ms"]) == (
+            "conversation.item.truncated",
+            answer["id"],
+            150,
+        )
+        ws.send_json({"type": "conversation.item.retrieve", "item_id": answer["id"]})
+        assert ws.receive_json()["item"]["content"][0]["transcript"] == SENTENCES[0]
+        ws.send_json(
+            {"type": "conversation.item.truncate", "item_id": answer["id"], "content_index": 0, "audio_end_ms": 10**6}
+        )
+        assert ws.receive_json()["error"]["param"] == "audio_end_ms"
+        slots["llm"].answers["chat"] = fakes.generation(ANSWER)
+        append(ws, pcm(0.8, False, rate=RATE))  # the interrupting utterance ends: it is answered
+        until(ws, "response.done")
+        history = [(m.role, m.content) for m in chats(slots)[1].messages]
+        assert history[1] == ("assistant", SENTENCES[0])  # what was heard, not what was written
+
+
+@pytest.mark.parametrize("truncation", ["auto", "disabled"])
+def test_a_conversation_past_the_context_leaves_its_oldest_turns_out_unless_told_not_to(app, slots, truncation):
+    def small_context(request, model=None):
+        if len(request.messages) > 4:  # the system prompt and three more messages fit
+            full = APIError(
+                400, "The prompt is too long", "invalid_request_error", "messages", "context_length_exceeded"
+            )
+            return [full]
+        return fakes.generation("Sure.")(request, model=model)
+
+    slots["llm"].answers["chat"] = small_context
+    with connect(app) as ws:
+        ws.receive_json()
+        session = {"instructions": "Be brief.", "output_modalities": ["text"], "truncation": truncation}
+        ws.send_json({"type": "session.update", "session": session})
+        assert ws.receive_json()["session"]["truncation"] == truncation
+        assert ask(ws, "One.")[-1]["response"]["status"] == "completed"
+        assert ask(ws, "Two.")[-1]["response"]["status"] == "completed"  # 4 messages: it fits
+        third = ask(ws, "Three.")
+    if truncation == "disabled":
+        assert third[-1]["response"]["status"] == "failed"
+        assert [e["error"]["code"] for e in third if e["type"] == "error"] == ["context_length_exceeded"]
+        return
+    assert third[-1]["response"]["status"] == "completed"
+    sent = [(m.role, m.content) for m in chats(slots)[-1].messages]
+    assert sent == [("system", "Be brief."), ("user", "Two."), ("assistant", "Sure."), ("user", "Three.")]

@@ -28,17 +28,7 @@ from deployments.ingress.responses import sse_response
 from deployments.ingress.serving.speech_stream import SpeechStream, pcm_headers
 from deployments.ingress.state import IngressState
 from deployments.protocol.agent import AgentRequest, Speech
-from deployments.protocol.openai import ChatCompletionRequest, ToolCall
-
-
-async def answer_text(stream: SlotStream, calls: list[ToolCall]) -> AsyncGenerator[str, None]:
-    """The LLM's answer text as it streams; its tool calls are added to `calls` (reasoning and
-    tool calls are not spoken)."""
-    async with contextlib.aclosing(stream.chunks()) as chunks:
-        async for chunk in chunks:
-            calls.extend(chunk.tool_calls)
-            if chunk.content:
-                yield chunk.content
+from deployments.protocol.openai import ChatCompletionRequest, ToolCall, UsageInfo
 
 
 async def _silent(sentence: str) -> AsyncGenerator[bytes, None]:
@@ -49,16 +39,26 @@ async def _silent(sentence: str) -> AsyncGenerator[bytes, None]:
 @dataclass
 class AgentReply:
     """An answer whose slots are checked and streaming: `events()` runs the pipeline once; the
-    tool calls the LLM made are in `tool_calls` once it has run."""
+    tool calls the LLM made and its token counts are in `tool_calls` and `usage` once it has."""
 
     model: str
     sample_rate: Optional[int]  # None: a text-only reply (no TTS)
     _llm: SlotStream
     _speak: Synthesize
     tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Optional[UsageInfo] = None
 
     def events(self) -> AsyncIterator[dict]:
-        return speak_while_writing(sentences_of(answer_text(self._llm, self.tool_calls)), self._speak)
+        return speak_while_writing(sentences_of(self._answer_text()), self._speak)
+
+    async def _answer_text(self) -> AsyncGenerator[str, None]:
+        """The LLM's answer text as it streams (reasoning and tool calls are not spoken)."""
+        async with contextlib.aclosing(self._llm.chunks()) as chunks:
+            async for chunk in chunks:
+                self.tool_calls.extend(chunk.tool_calls)
+                self.usage = chunk.usage or self.usage
+                if chunk.content:
+                    yield chunk.content
 
 
 class ServingAgent:

@@ -11,12 +11,13 @@ from deployments.protocol.realtime import RealtimeError
 from deployments.protocol.realtime_conversation import (
     OUTPUT_RATE,
     ConversationSession,
-    assistant_calls,
     function_call_item,
     function_output,
+    input_message,
     output_pcm,
-    user_text,
+    usage_object,
 )
+from deployments.protocol.realtime_items import ConversationItems
 
 
 def test_defaults_speak_with_server_vad_that_answers_and_interrupts():
@@ -82,12 +83,13 @@ def test_bad_updates_name_their_field(update, param):
     assert error.value.param == param
 
 
-def test_a_user_message_text():
+def test_a_user_or_system_message_text():
     parts = [{"type": "input_text", "text": "Hello"}, {"type": "input_text", "text": " there "}]
-    assert user_text({"type": "message", "role": "user", "content": parts}) == "Hello there"
-    for bad in (None, {"role": "system", "content": parts}, {"role": "user", "content": []}):
+    assert input_message({"type": "message", "role": "user", "content": parts}) == ("user", "Hello there")
+    assert input_message({"role": "system", "content": parts}) == ("system", "Hello there")
+    for bad in (None, {"role": "assistant", "content": parts}, {"role": "user", "content": []}):
         with pytest.raises(RealtimeError):
-            user_text(bad)
+            input_message(bad)
 
 
 def test_output_audio_is_resampled_to_24_khz():
@@ -106,9 +108,10 @@ def test_the_chat_request_holds_the_instructions_the_history_and_the_tools():
     session = ConversationSession(instructions="Be brief.", max_output_tokens=30).updated(
         {"tools": [TOOL], "tool_choice": "required", "model": "m"}
     )
-    history = [{"role": "user", "content": "Time?"}]
+    history = ConversationItems()
+    history.add({"id": "i1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Time?"}]})
     body = session.chat_body(history)
-    assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history]
+    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Time?"}]
     assert body["tools"] == [
         {"type": "function", "function": {"name": "get_time", "description": "Now", "parameters": {"type": "object"}}}
     ]
@@ -119,17 +122,26 @@ def test_the_chat_request_holds_the_instructions_the_history_and_the_tools():
     assert session.updated({"tools": [], "tool_choice": "auto"}).chat_body(history).keys().isdisjoint({"tools"})
 
 
-def test_a_function_output_item_and_the_calls_in_the_history():
+def test_a_function_output_item_and_a_call_item():
     assert function_output({"type": "function_call_output", "call_id": "c1", "output": ""}) == ("c1", "")
     call = ToolCall(id="c1", function=FunctionCall(name="get_time", arguments="{}"))
-    turn = assistant_calls("", [call])
-    assert turn == {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}],
-    }
     announced = function_call_item("item_1", call, "in_progress", "")
     assert (announced["arguments"], function_call_item("item_1", call, "completed")["arguments"]) == ("", "{}")
+
+
+def test_usage_counts_the_llm_tokens_and_no_audio_tokens():
+    from deployments.protocol.openai import PromptTokensDetails, UsageInfo
+
+    usage = UsageInfo(
+        prompt_tokens=40,
+        completion_tokens=9,
+        total_tokens=49,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=32),
+    )
+    shown = usage_object(usage)
+    assert (shown["input_tokens"], shown["output_tokens"], shown["total_tokens"]) == (40, 9, 49)
+    assert shown["input_token_details"]["cached_tokens"] == 32 and shown["output_token_details"]["audio_tokens"] == 0
+    assert usage_object(None) is None
 
 
 @pytest.mark.parametrize(
@@ -154,7 +166,11 @@ def test_a_function_output_item_and_the_calls_in_the_history():
         ),
         ({"include": ["item.input_audio_transcription.logprobs"]}, "session.include", "unsupported_parameter"),
         ({"prompt": {"id": "pmpt_1"}}, "session.prompt", "unsupported_parameter"),
-        ({"truncation": "auto"}, "session.truncation", "unsupported_parameter"),
+        (
+            {"truncation": {"type": "retention_ratio", "retention_ratio": 0.5}},
+            "session.truncation",
+            "unsupported_parameter",
+        ),
         ({"model": 5}, "session.model", None),
     ],
 )
@@ -166,9 +182,10 @@ def test_fields_that_would_change_the_answer_are_served_or_refused_by_name(updat
 
 def test_fields_that_change_nothing_are_accepted():
     session = ConversationSession().updated(
-        {"truncation": "disabled", "tracing": "auto", "include": [], "audio": {"input": {"noise_reduction": None}}}
+        {"tracing": "auto", "include": [], "audio": {"input": {"noise_reduction": None}}, "truncation": None}
     )
-    assert session == ConversationSession()
+    assert session == ConversationSession() and session.truncation == "auto"  # OpenAI's default
+    assert session.updated({"truncation": "disabled"}).as_event_session("s")["truncation"] == "disabled"
 
 
 @pytest.mark.parametrize(
