@@ -9,9 +9,10 @@ import asyncio
 import base64
 import json
 import time
-from typing import Optional
+from typing import Annotated, Optional
 
 import numpy as np
+from pydantic import Field  # the Agents SDK reads its tools' annotations from the module
 
 from tests.assertions import wait_for
 from tests.e2e.test_agent_api import _in_flight
@@ -157,7 +158,7 @@ async def test_the_openai_sdk_runs_a_function_call_round_trip(aclient):
         "description": "The weather in a city",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}},
+            "properties": {"city": {"type": "string", "maxLength": 24}},  # at temperature 1, a bounded call
             "required": ["city"],
             "additionalProperties": False,
         },
@@ -172,7 +173,7 @@ async def test_the_openai_sdk_runs_a_function_call_round_trip(aclient):
                 return events
 
     async with aclient.realtime.connect(model="ominix-smollm2-135m-instruct") as conn:
-        await conn.session.update(session={"type": "realtime", "tools": [tool], "max_output_tokens": 24})
+        await conn.session.update(session={"type": "realtime", "tools": [tool], "max_output_tokens": 48})
         question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
         await conn.conversation.item.create(item=question)
         await conn.response.create(response={"tool_choice": {"type": "function", "name": "get_weather"}})
@@ -189,3 +190,59 @@ async def test_the_openai_sdk_runs_a_function_call_round_trip(aclient):
         assert done.status == "completed" and [i.type for i in done.output] == ["message"]
         assert done.output[0].content[0].transcript.strip()
         assert any(e.type == "response.output_audio.delta" for e in answer)  # spoken
+
+
+async def test_an_agents_sdk_realtime_agent_calls_its_tool_and_speaks_the_answer(server):
+    """The OpenAI Agents SDK's RealtimeAgent and RealtimeRunner, as a voice-agent app runs
+    them, pointed at the graph: the SDK configures the session (the graph's LLM, ASR model and
+    server VAD named), sends a typed question, runs its own function tool on the call the model
+    makes and sends the result back, and plays the spoken answer. The first call is forced
+    (`tool_choice` required: SmolLM2-135M does not choose tools reliably); the tool hands the
+    choice back to the model, as an app that must have one lookup first does."""
+    from agents import function_tool
+    from agents.realtime import RealtimeAgent, RealtimeRunner
+    from agents.realtime.model_inputs import RealtimeModelSendSessionUpdate
+
+    settings = {
+        "model_name": "ominix-smollm2-135m-instruct",
+        "voice": "alloy",
+        "input_audio_transcription": {"model": "whisper-tiny.en"},
+        "turn_detection": {"type": "server_vad"},
+        "tool_choice": "required",
+        "max_output_tokens": 48,
+    }
+    asked: list[str] = []
+    live = {}  # the session, once the runner has opened it
+
+    @function_tool
+    async def get_weather(city: Annotated[str, Field(max_length=24)]) -> str:  # a bounded call at temperature 1
+        """The weather in a city."""
+        asked.append(city)
+        update = RealtimeModelSendSessionUpdate(session_settings={**settings, "tool_choice": "none"})
+        await live["session"].model.send_event(update)
+        return "Sunny and 21 degrees."
+
+    agent = RealtimeAgent(name="Weather", instructions="Answer in one sentence.", tools=[get_weather])
+    runner = RealtimeRunner(agent, config={"model_settings": settings})
+    url = server.replace("http://", "ws://") + "/v1/realtime"
+    seen, audio = [], 0
+    async with await runner.run(model_config={"url": url, "headers": {}}) as session:
+        live["session"] = session
+        await session.send_message("What is the weather in Paris?")
+
+        async def events() -> None:
+            nonlocal audio
+            async for event in session:
+                seen.append(event.type if event.type != "raw_model_event" else f"raw:{event.data.type}")
+                assert event.type != "error", event
+                audio += len(event.audio.data) if event.type == "audio" else 0
+                if event.type == "agent_end" and "tool_end" in seen and audio:  # the spoken answer's turn
+                    return
+
+        try:
+            await asyncio.wait_for(events(), 180)
+        except TimeoutError:
+            raise AssertionError(f"no answer after 180 s: {seen}") from None
+    assert len(asked) == 1 and asked[0].strip(), seen  # the SDK ran its tool once, with a city
+    assert seen.index("tool_start") < seen.index("tool_end") < len(seen) - 1
+    assert audio > 24000 * 2 * 0.5, seen  # at least half a second of the spoken answer reached the app
