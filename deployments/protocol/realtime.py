@@ -15,13 +15,59 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
+from deployments.audio.encode import to_pcm16
+from deployments.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from deployments.audio.resample import resample
 
 RATES = (24000, 16000)  # audio/pcm input rates accepted (24 kHz is OpenAI's)
 SESSION_RATE = 16000  # what the ASR session takes
+G711_RATE = 8000  # audio/pcmu and audio/pcma: telephone audio, one byte a sample
+G711 = {"audio/pcmu": (ulaw_decode, ulaw_encode), "audio/pcma": (alaw_decode, alaw_encode)}
 # Realtime events carry no partial hypotheses (each utterance is decoded once, when it ends), so
 # the ASR session never spends a decode on one.
 NO_PARTIALS = {"partial_every_s": float("inf")}
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    """`audio/pcm` (PCM16 little-endian at `rate`), or G.711 `audio/pcmu` / `audio/pcma` at 8 kHz."""
+
+    type: str = "audio/pcm"
+    rate: int = 24000
+
+    def shown(self) -> dict:
+        return {"type": self.type, "rate": self.rate} if self.type == "audio/pcm" else {"type": self.type}
+
+    def decode(self, raw: bytes) -> np.ndarray:
+        """Bytes in this format as float samples in [-1, 1) at `rate`."""
+        if self.type in G711:
+            return G711[self.type][0](raw).astype(np.float32) / 32768.0
+        if len(raw) % 2:
+            raise RealtimeError("`audio` has an odd number of bytes: PCM16 samples are 2 bytes each", "audio")
+        return np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        """Float samples at `rate` in this format."""
+        pcm16 = to_pcm16(samples)
+        return G711[self.type][1](np.frombuffer(pcm16, "<i2")) if self.type in G711 else pcm16
+
+
+def audio_format(value: Any, param: str, pcm_rates: tuple[int, ...]) -> AudioFormat:
+    """A session's `format` object: audio/pcm at one of `pcm_rates`, or audio/pcmu / pcma."""
+    if not isinstance(value, dict):
+        raise RealtimeError(f"`{param}` must be an object", param)
+    known_fields(value, ("type", "rate"), param)
+    kind = value.get("type", "audio/pcm")
+    if kind in G711:
+        if value.get("rate", G711_RATE) != G711_RATE:
+            raise RealtimeError(f"{kind} is 8000 Hz audio", f"{param}.rate")
+        return AudioFormat(kind, G711_RATE)
+    if kind != "audio/pcm":
+        raise RealtimeError("The audio formats are audio/pcm, audio/pcmu and audio/pcma", f"{param}.type")
+    rate = value.get("rate", pcm_rates[0])
+    if rate not in pcm_rates:
+        raise RealtimeError(f"audio/pcm rate must be one of {pcm_rates}", f"{param}.rate")
+    return AudioFormat("audio/pcm", rate)
 
 
 class RealtimeError(Exception):
@@ -76,7 +122,7 @@ class TranscriptionSession:
     TYPE: ClassVar[str] = "transcription"
     FIELDS: ClassVar[tuple[str, ...]] = ("type", "audio", "include")
     AUDIO: ClassVar[tuple[str, ...]] = ("input",)
-    rate: int = 24000
+    input_format: AudioFormat = AudioFormat()
     model: Optional[str] = None
     language: Optional[str] = None
     prompt: Optional[str] = None
@@ -98,7 +144,7 @@ class TranscriptionSession:
             "object": "realtime.transcription_session",
             "audio": {
                 "input": {
-                    "format": {"type": "audio/pcm", "rate": self.rate},
+                    "format": self.input_format.shown(),
                     "transcription": {"model": self.model, "language": self.language, "prompt": self.prompt},
                     "turn_detection": turn,
                 }
@@ -120,14 +166,8 @@ class TranscriptionSession:
         unset(audio_input, "noise_reduction", "session.audio.input", "no noise reduction runs before the ASR slot")
         new = self
         if "format" in audio_input:
-            fmt = object_at(audio_input, "format", "session.audio.input.format")
-            known_fields(fmt, ("type", "rate"), "session.audio.input.format")
-            if fmt.get("type", "audio/pcm") != "audio/pcm":
-                raise RealtimeError("Only audio/pcm input is supported", "session.audio.input.format.type")
-            rate = fmt.get("rate", 24000)
-            if rate not in RATES:
-                raise RealtimeError(f"audio/pcm rate must be one of {RATES}", "session.audio.input.format.rate")
-            new = replace(new, rate=rate)
+            fmt = audio_format(audio_input["format"], "session.audio.input.format", RATES)
+            new = replace(new, input_format=fmt)
         if "transcription" in audio_input:
             t = object_at(audio_input, "transcription", "session.audio.input.transcription")
             known_fields(t, ("model", "language", "prompt"), "session.audio.input.transcription")
@@ -187,18 +227,17 @@ def error_event(message: str, param: Optional[str] = None, code: str = "invalid_
     return event("error", error=error)
 
 
-def session_pcm(audio: Any, rate: int) -> bytes:
-    """An append's base64 PCM16 at `rate` as PCM16 at the session's 16 kHz."""
+def session_pcm(audio: Any, fmt: AudioFormat) -> bytes:
+    """An append's base64 audio in the session's input format as PCM16 at the ASR's 16 kHz."""
     if not isinstance(audio, str) or not audio:
-        raise RealtimeError("input_audio_buffer.append needs `audio`: base64 PCM16", "audio")
+        raise RealtimeError("input_audio_buffer.append needs `audio`: base64 audio", "audio")
     try:
         raw = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
         raise RealtimeError("`audio` is not valid base64", "audio") from None
-    if len(raw) % 2:
-        raise RealtimeError("`audio` has an odd number of bytes: PCM16 samples are 2 bytes each", "audio")
-    if rate == SESSION_RATE:
+    if fmt == AudioFormat("audio/pcm", SESSION_RATE):
+        if len(raw) % 2:
+            raise RealtimeError("`audio` has an odd number of bytes: PCM16 samples are 2 bytes each", "audio")
         return raw
-    samples = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
-    out = resample(samples, rate, SESSION_RATE)
-    return np.clip(np.round(out * 32768), -32768, 32767).astype("<i2").tobytes()
+    samples = fmt.decode(raw)
+    return AudioFormat("audio/pcm", SESSION_RATE).encode(resample(samples, fmt.rate, SESSION_RATE))

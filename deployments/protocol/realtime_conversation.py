@@ -16,11 +16,18 @@ from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
 
-from deployments.audio.encode import to_pcm16
 from deployments.audio.resample import resample
 from deployments.protocol.errors import APIError
 from deployments.protocol.openai import ToolCall, UsageInfo
-from deployments.protocol.realtime import RealtimeError, TranscriptionSession, known_fields, object_at, unset
+from deployments.protocol.realtime import (
+    AudioFormat,
+    RealtimeError,
+    TranscriptionSession,
+    audio_format,
+    known_fields,
+    object_at,
+    unset,
+)
 from deployments.protocol.realtime_items import ConversationItems
 from deployments.protocol.responses import chat_tool_choice, chat_tools
 
@@ -65,6 +72,7 @@ class ConversationSession(TranscriptionSession):
     llm: Optional[str] = None  # the LLM that answers (`model`; the URL's `?model=` first)
     instructions: Optional[str] = None
     voice: Optional[str] = None  # None: the TTS model's default voice
+    output_format: AudioFormat = AudioFormat("audio/pcm", OUTPUT_RATE)
     speed: float = 1.0
     output_modalities: tuple[str, ...] = ("audio",)
     max_output_tokens: Optional[int] = None  # None: "inf", the LLM's own limit
@@ -78,7 +86,7 @@ class ConversationSession(TranscriptionSession):
 
     def as_event_session(self, session_id: str) -> dict:
         transcription = super().as_event_session(session_id)
-        output = {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": self.voice, "speed": self.speed}
+        output = {"format": self.output_format.shown(), "voice": self.voice, "speed": self.speed}
         return {
             "type": "realtime",
             "id": session_id,
@@ -105,11 +113,8 @@ class ConversationSession(TranscriptionSession):
                 raise RealtimeError("`session.model` must be a model id", "session.model")
             new = replace(new, llm=session["model"])
         if "format" in output:
-            fmt = object_at(output, "format", "session.audio.output.format")
-            if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", OUTPUT_RATE) != OUTPUT_RATE:
-                raise RealtimeError(
-                    f"Only audio/pcm output at {OUTPUT_RATE} Hz is supported", "session.audio.output.format"
-                )
+            fmt = audio_format(output["format"], "session.audio.output.format", (OUTPUT_RATE,))
+            new = replace(new, output_format=fmt)
         if "speed" in output:
             speed = output["speed"]
             if not isinstance(speed, (int, float)) or isinstance(speed, bool) or not 0.25 <= speed <= 4:
@@ -314,7 +319,7 @@ def response_object(
     response_id: str, session: ConversationSession, status: str, output: list, details=None, usage=None
 ) -> dict:
     """The `response` of response.created (status in_progress) and response.done."""
-    audio = {"output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": session.voice}}
+    audio = {"output": {"format": session.output_format.shown(), "voice": session.voice}}
     return {
         "id": response_id,
         "object": "realtime.response",
@@ -329,8 +334,8 @@ def response_object(
     }
 
 
-def output_pcm(pcm: bytes, rate: int) -> bytes:
-    """TTS PCM16 at `rate` as PCM16 at the session's output rate (24 kHz)."""
-    if rate == OUTPUT_RATE:
+def output_audio(pcm: bytes, rate: int, fmt: AudioFormat) -> bytes:
+    """TTS PCM16 at `rate` in the session's output format (PCM16 at 24 kHz, or G.711 at 8 kHz)."""
+    if fmt == AudioFormat("audio/pcm", rate):
         return pcm
-    return to_pcm16(resample(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, rate, OUTPUT_RATE))
+    return fmt.encode(resample(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, rate, fmt.rate))

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import time
 from typing import Annotated, Optional
 
 import numpy as np
+import soundfile as sf
 from pydantic import Field  # the Agents SDK reads its tools' annotations from the module
 
 from tests.assertions import wait_for
 from tests.e2e.test_agent_api import _in_flight
-from tests.speech import silence, speak, words
+from tests.speech import silence, speak, word_error_rate, words
 
 RATE = 24000
 SPOKEN = "Hello world, what is the weather like today?"
@@ -77,6 +79,42 @@ async def test_spoken_words_are_heard_answered_and_spoken_back(server):
     print(
         f"realtime agent: heard {heard!r}, said {transcript!r}; first audio {first_audio - stopped:.2f} s after speech stopped"
     )
+
+
+async def test_a_phone_call_in_mu_law_is_heard_and_answered_in_speech_the_asr_understands(server, http):
+    """A telephone line's audio (G.711 μ-law at 8 kHz, what Twilio media streams carry) both
+    ways: the question is transcribed, and the spoken answer, decoded from μ-law, is speech the
+    ASR slot transcribes back to the words of the answer's transcript."""
+    from deployments.audio.g711 import ulaw_decode, ulaw_encode
+
+    phone = 8000
+    speech = np.concatenate([silence(0.4, phone), speak(SPOKEN, phone), silence(1.0, phone)])
+    line = ulaw_encode(np.clip(np.round(speech * 32767), -32768, 32767).astype("<i2"))
+    g711 = {"input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcmu"}}}
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 24, "audio": g711}}
+    step = phone // 10  # 0.1 s a message
+    chunks = [
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(line[i : i + step]).decode()}
+        for i in range(0, len(line), step)
+    ]
+    events = [e for _, e in await converse(server, [update, *chunks])]
+    [heard] = [e["transcript"] for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    # Telephone-band speech, as Whisper tiny.en hears it ("what did the weather like to me")
+    assert {"world", "weather"} <= set(words(heard)) and word_error_rate(SPOKEN, heard) <= 0.5, heard
+    answer = ulaw_decode(
+        b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    )
+    said = events[-1]["response"]["output"][0]["content"][0]["transcript"]
+    assert len(answer) / phone > 0.5, len(answer)
+    buffer = io.BytesIO()
+    sf.write(buffer, answer, phone, format="WAV", subtype="PCM_16")
+    r = http.post(
+        "/v1/audio/transcriptions", files={"file": ("answer.wav", buffer.getvalue())}, data={"model": "whisper-tiny.en"}
+    )
+    assert r.status_code == 200, r.text
+    back, meant = set(words(r.json()["text"])), set(words(said))
+    assert len(back & meant) >= 0.5 * len(meant), (said, r.json()["text"])  # the words come through the phone line
+    print(f"phone call: heard {heard!r}, said {said!r}, the ASR heard the answer as {r.json()['text']!r}")
 
 
 async def test_speech_over_the_answer_cancels_it_and_stops_both_slots(server, http):

@@ -12,9 +12,11 @@ import base64
 import concurrent.futures
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
+from deployments.audio.g711 import alaw_encode, ulaw_encode
 from deployments.protocol.errors import APIError
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import FunctionCall, ToolCall
@@ -258,9 +260,9 @@ def test_an_unknown_voice_fails_the_response(app, slots):
         ({"type": "session.update", "session": {"instructions": 3}}, None, "session.instructions"),
         ({"type": "session.update", "session": {"max_output_tokens": 0}}, None, "session.max_output_tokens"),
         (
-            {"type": "session.update", "session": {"audio": {"output": {"format": {"type": "audio/pcmu"}}}}},
+            {"type": "session.update", "session": {"audio": {"output": {"format": {"type": "audio/opus"}}}}},
             None,
-            "session.audio.output.format",
+            "session.audio.output.format.type",
         ),
         ({"type": "conversation.item.create", "item": {"role": "assistant", "content": []}}, None, "item"),
         (
@@ -573,3 +575,21 @@ def test_a_conversation_past_the_context_leaves_its_oldest_turns_out_unless_told
     assert third[-1]["response"]["status"] == "completed"
     sent = [(m.role, m.content) for m in chats(slots)[-1].messages]
     assert sent == [("system", "Be brief."), ("user", "Two."), ("assistant", "Sure."), ("user", "Three.")]
+
+
+@pytest.mark.parametrize("kind, encode", [("audio/pcmu", ulaw_encode), ("audio/pcma", alaw_encode)])
+def test_a_telephone_call_in_g711_is_heard_and_answered_in_g711(app, slots, kind, encode):
+    with connect(app) as ws:
+        ws.receive_json()
+        audio = {"input": {"format": {"type": kind}}, "output": {"format": {"type": kind}}}
+        ws.send_json({"type": "session.update", "session": {"audio": audio}})
+        assert ws.receive_json()["session"]["audio"]["output"]["format"] == {"type": kind}
+        loud, quiet = (np.frombuffer(pcm(s, on, rate=8000), "<i2") for s, on in ((0.6, True), (0.8, False)))
+        append(ws, encode(loud))  # a phone line's bytes: one a sample, 8 kHz
+        append(ws, encode(quiet))
+        events = typed(until(ws, "response.done"))
+        heard = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+        assert heard["transcript"].startswith("utterance of")
+        audio_out = [base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta"]
+        assert [len(a) for a in audio_out] == [int(0.1 * 8000)] * 3  # the fake's 0.1 s per sentence, 8-bit at 8 kHz
+        assert events[-1]["response"]["audio"]["output"]["format"] == {"type": kind}

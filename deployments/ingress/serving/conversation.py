@@ -50,14 +50,13 @@ from deployments.protocol.agent import Speech
 from deployments.protocol.openai import ToolCall
 from deployments.protocol.realtime import RealtimeError, error_event, event, new_id
 from deployments.protocol.realtime_conversation import (
-    OUTPUT_RATE,
     ConversationSession,
     assistant_item,
     function_call_item,
     function_output,
     function_output_item,
     input_message,
-    output_pcm,
+    output_audio,
     response_object,
     user_item,
 )
@@ -319,9 +318,10 @@ class Conversation(Connection):
             kind = "response.output_audio_transcript.delta" if speaks else "response.output_text.delta"
             await self.send(event(kind, content_index=0, delta=delta, **response.ids))
         else:
-            pcm = output_pcm(base64.b64decode(piece["delta"]), rate)
+            raw = base64.b64decode(piece["delta"])
+            pcm = output_audio(raw, rate, response.session.output_format)
             before = max((ms for _, ms in response.spoken if ms is not None), default=0.0)
-            response.spoken[-1][1] = (response.spoken[-1][1] or before) + len(pcm) / 2 / OUTPUT_RATE * 1000
+            response.spoken[-1][1] = (response.spoken[-1][1] or before) + len(raw) / 2 / rate * 1000
             delta = base64.b64encode(pcm).decode("ascii")
             await self.send(event("response.output_audio.delta", content_index=0, delta=delta, **response.ids))
 

@@ -91,7 +91,7 @@ class Connection:
             await self.open(self.config.updated(message.get("session")))
             await self.send(event("session.updated", session=self.config.as_event_session(self.id)))
         elif kind == "input_audio_buffer.append":
-            pcm = session_pcm(message.get("audio"), self.config.rate)
+            pcm = session_pcm(message.get("audio"), self.config.input_format)
             if pcm:
                 await self.report(await self.streams.feed(self.sid, pcm))
         elif kind == "input_audio_buffer.commit":

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from deployments.protocol.openai import FunctionCall, ToolCall
-from deployments.protocol.realtime import RealtimeError
+from deployments.protocol.realtime import AudioFormat, RealtimeError
 from deployments.protocol.realtime_conversation import (
     OUTPUT_RATE,
     ConversationSession,
     function_call_item,
     function_output,
     input_message,
-    output_pcm,
+    output_audio,
     usage_object,
 )
 from deployments.protocol.realtime_items import ConversationItems
@@ -22,7 +22,7 @@ from deployments.protocol.realtime_items import ConversationItems
 
 def test_defaults_speak_with_server_vad_that_answers_and_interrupts():
     session = ConversationSession()
-    assert session.speaks and session.rate == 24000
+    assert session.speaks and session.input_format == AudioFormat("audio/pcm", 24000)
     assert session.turn_detection.create_response and session.turn_detection.interrupt_response
     shown = session.as_event_session("sess_1")
     assert shown["type"] == "realtime" and shown["max_output_tokens"] == "inf"
@@ -46,7 +46,7 @@ def test_an_update_sets_the_input_side_and_the_output_side():
             },
         }
     )
-    assert session.rate == 16000 and session.instructions == "Be kind." and not session.speaks
+    assert session.input_format.rate == 16000 and session.instructions == "Be kind." and not session.speaks
     assert session.turn_detection.create_response and not session.turn_detection.interrupt_response
     assert session.voice == "alba" and session.speed == 1.5 and session.max_output_tokens == 64
     assert session.updated({"max_output_tokens": "inf"}).max_output_tokens is None
@@ -68,7 +68,9 @@ def test_a_response_overrides_the_session_for_itself_only():
         ({"type": "transcription"}, "session.type"),
         ({"output_modalities": ["audio", "text"]}, "session.output_modalities"),
         ({"max_output_tokens": 1.5}, "session.max_output_tokens"),
-        ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}}, "session.audio.output.format"),
+        ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}}, "session.audio.output.format.rate"),
+        ({"audio": {"output": {"format": {"type": "audio/opus"}}}}, "session.audio.output.format.type"),
+        ({"audio": {"input": {"format": {"type": "audio/pcmu", "rate": 16000}}}}, "session.audio.input.format.rate"),
         ({"audio": {"output": {"speed": 9}}}, "session.audio.output.speed"),
         ({"audio": {"output": {"voice": 3}}}, "session.audio.output.voice"),
         (
@@ -94,11 +96,11 @@ def test_a_user_or_system_message_text():
 
 def test_output_audio_is_resampled_to_24_khz():
     tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(16000) / 16000) * 32767).astype("<i2").tobytes()
-    out = np.frombuffer(output_pcm(tone, 16000), "<i2")
+    out = np.frombuffer(output_audio(tone, 16000, AudioFormat()), "<i2")
     assert len(out) == 24000
     spectrum = np.abs(np.fft.rfft(out.astype(np.float32)))
     assert abs(np.argmax(spectrum) * OUTPUT_RATE / len(out) - 440) < 2  # the same tone, at the new rate
-    assert output_pcm(tone, OUTPUT_RATE) == tone
+    assert output_audio(tone, OUTPUT_RATE, AudioFormat()) == tone
 
 
 TOOL = {"type": "function", "name": "get_time", "description": "Now", "parameters": {"type": "object"}}
@@ -205,3 +207,19 @@ def test_a_response_refuses_what_it_cannot_serve_by_name(params, param):
     assert (
         ConversationSession().for_response({"conversation": "auto", "metadata": {"turn": "1"}}) == ConversationSession()
     )
+
+
+@pytest.mark.parametrize("kind", ["audio/pcmu", "audio/pcma"])
+def test_telephone_audio_in_and_out(kind):
+    session = ConversationSession().updated(
+        {"audio": {"input": {"format": {"type": kind}}, "output": {"format": {"type": kind}}}}
+    )
+    assert session.input_format == session.output_format == AudioFormat(kind, 8000)
+    shown = session.as_event_session("s")["audio"]
+    assert shown["input"]["format"] == shown["output"]["format"] == {"type": kind}
+    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(24000) / 24000) * 32767).astype("<i2").tobytes()
+    g711 = output_audio(tone, 24000, session.output_format)
+    assert len(g711) == 8000  # one byte a sample at 8 kHz
+    back = session.output_format.decode(g711)
+    spectrum = np.abs(np.fft.rfft(back))
+    assert abs(np.argmax(spectrum) * 8000 / len(back) - 440) < 2
