@@ -1,7 +1,10 @@
 """Audio bytes -> mono float32 samples at a target rate.
 
-soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis/Opus and MP3 in-process. Anything else
-(m4a/aac, webm, mp4, ...) goes through an `ffmpeg` subprocess when ffmpeg is installed. The
+soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis/Opus in-process, and MP3 when ffmpeg is not
+installed. Anything else (m4a/aac, webm, mp4, ...), and MP3 when it can, goes through an
+`ffmpeg` subprocess: libsndfile sizes an MP3 by its first frame, so a VBR file without a
+Xing/Info header (a stream's recording, a cut or joined file) was read short, a 6 s file as
+0.58 s (tests/unit/audio/test_audio.py). The
 bytes reach ffmpeg through an anonymous in-memory file (Linux memfd: seekable, which MP4
 files with their index at the end need) or, elsewhere, its stdin; the samples come back on
 its stdout. No temporary file is ever written.
@@ -30,10 +33,12 @@ def decode_audio(data: bytes, target_rate: int, *, ffmpeg: str | None = "ffmpeg"
     """Decode any supported container/codec into mono float32 at `target_rate` Hz."""
     if not data:
         raise AudioDecodeError("The audio file is empty.")
+    ffmpeg_path = shutil.which(ffmpeg) if ffmpeg else None
+    if ffmpeg_path is not None and _is_mp3(data):
+        return _checked(_read_ffmpeg(data, target_rate, ffmpeg_path))
     try:
         samples, rate = _read_soundfile(data)
     except AudioDecodeError as soundfile_error:
-        ffmpeg_path = shutil.which(ffmpeg) if ffmpeg else None
         if ffmpeg_path is None:
             raise AudioDecodeError(
                 f"{soundfile_error} Formats other than WAV/FLAC/OGG/MP3 need ffmpeg, which is "
@@ -55,6 +60,15 @@ def _checked(samples: np.ndarray) -> np.ndarray:
     if not np.all(np.isfinite(samples)):
         raise AudioDecodeError("The audio file contains invalid (non-finite) samples.")
     return np.ascontiguousarray(samples, dtype=np.float32)
+
+
+def _is_mp3(data: bytes) -> bool:
+    import soundfile as sf
+
+    try:
+        return sf.info(io.BytesIO(data)).format == "MP3"
+    except Exception:  # not a file libsndfile knows
+        return False
 
 
 def _read_soundfile(data: bytes) -> tuple[np.ndarray, int]:
