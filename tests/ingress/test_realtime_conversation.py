@@ -194,13 +194,20 @@ def test_response_cancel_stops_the_llm_and_the_synthesis(app, slots, cancelled_a
         assert error["error"]["code"] == "response_cancel_not_active" and error["error"]["event_id"] == "again"
 
 
-def test_speech_starting_during_a_response_cancels_it(app, slots):
+def talk_over_a_long_answer(ws, slots, heard: int = 1) -> None:
+    """A turn whose long answer is speaking (`heard` audio chunks reached the client) when the
+    user talks over it."""
     slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER + " " + "More words. " * 50), 0.02)
-    with connect(app) as ws:
-        ws.receive_json()
-        say(ws)
+    ws.receive_json()
+    say(ws)
+    for _ in range(heard):
         until(ws, "response.output_audio.delta")
-        append(ws, pcm(0.6, True, rate=RATE))  # the user talks over the answer
+    append(ws, pcm(0.6, True, rate=RATE))
+
+
+def test_speech_starting_during_a_response_cancels_it(app, slots):
+    with connect(app) as ws:
+        talk_over_a_long_answer(ws, slots)
         events = until(ws, "response.done")
         started = [e["type"] for e in events].index("input_audio_buffer.speech_started")
         assert started < len(events) - 1  # speech was heard first, then the response ended
@@ -516,13 +523,8 @@ def test_items_are_retrieved_deleted_and_placed_and_a_response_counts_its_tokens
 
 
 def test_after_a_barge_in_the_conversation_keeps_what_was_played(app, slots):
-    slots["llm"].answers["chat"] = fakes.slowly(fakes.generation(ANSWER + " " + "More words. " * 50), 0.02)
     with connect(app) as ws:
-        ws.receive_json()
-        say(ws)
-        until(ws, "response.output_audio.delta")
-        until(ws, "response.output_audio.delta")  # two sentences' audio (0.1 s each) reached the client
-        append(ws, pcm(0.6, True, rate=RATE))  # the user talks over the answer
+        talk_over_a_long_answer(ws, slots, heard=2)  # two sentences' audio (0.1 s each) reached the client
         done = until(ws, "response.done")[-1]["response"]
         assert done["status"] == "cancelled"
         answer = done["output"][0]
