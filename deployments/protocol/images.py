@@ -167,6 +167,35 @@ class ImagesResponse(BaseModel):
     size: str
 
 
+class ImageEditForm(ImageGenerationRequest):
+    """POST /v1/images/edits' form fields other than the files: the img2img request they make
+    (form values are strings, so they are coerced, not strict)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=False)
+
+
+EDIT_FIELDS = (
+    "prompt",
+    "model",
+    "keep_alive",
+    "n",
+    "size",
+    "response_format",
+    "output_format",
+    "output_compression",
+    "seed",
+    "steps",
+    "guidance",
+    "negative_prompt",
+    "strength",
+)
+# What OpenAI's edit takes that img2img cannot do: a 400 naming the field, never ignored.
+EDIT_REFUSED = {
+    "mask": "masks (inpainting) are not served: an edit repaints the whole image, `strength` says how much",
+    "stream": "partial images are not streamed: the edit is answered whole",
+}
+
+
 class QuantizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 

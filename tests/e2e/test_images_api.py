@@ -224,3 +224,23 @@ async def test_chat_and_asr_complete_while_a_generation_runs_then_a_hang_up_stop
         "the abandoned generation kept running",
     )
     await other.close()
+
+
+def test_sdk_edit_is_img2img_of_the_uploaded_image(client, http):
+    """The openai SDK's images.edit (multipart) answers what /v1/images/generations answers for
+    the same image as base64, seed and strength; a mask is refused by name."""
+    red = base64.b64decode(_png_b64((220, 20, 20)))
+    edited = client.images.edit(
+        model=TINY,
+        image=("red.png", red, "image/png"),
+        prompt="a red fox",
+        size="32x32",
+        extra_body={"steps": 2, "seed": 5, "strength": 0.5},
+    )
+    same = generate(http, seed=5, image=_png_b64((220, 20, 20)), strength=0.5)
+    assert same.status_code == 200, same.text
+    assert edited.data[0].b64_json == same.json()["data"][0]["b64_json"]
+    assert _image(edited.data[0].b64_json).size == (32, 32)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.images.edit(model=TINY, image=("red.png", red), mask=("m.png", red), prompt="a fox", size="32x32")
+    assert error.value.body["param"] == "mask"

@@ -1,5 +1,6 @@
 """The image slot's work for the ingress: txt2img and img2img (POST /v1/images/generations,
-OpenAI's shape) and mflux quantization of an image model (POST /v1/models/quantize).
+OpenAI's shape; POST /v1/images/edits, the same img2img from an uploaded image) and mflux
+quantization of an image model (POST /v1/models/quantize).
 
 The slot decodes the init image, generates and encodes; a client that goes away cancels the
 generation at its next denoising step.
@@ -32,9 +33,10 @@ class ServingImages:
         self.state = state
         self.image = state.slot("image")
 
-    async def generate(self, request: ImageGenerationRequest) -> ImagesResponse:
+    async def generate(self, request: ImageGenerationRequest, image: Optional[bytes] = None) -> ImagesResponse:
+        """Images for `request`; img2img from `image` (an upload) or the request's base64 `image`."""
         model = self.state.catalog.resolve("image", request.model)
-        params = ImageParams.from_request(request, _init_image(request.image))
+        params = ImageParams.from_request(request, image or _init_image(request.image))
         result: GeneratedImages = await self.image.call("generate", params, model=model)
         await keep_model_alive(self.state, "image", result.model, request.keep_alive)
         return ImagesResponse(
