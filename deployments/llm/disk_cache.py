@@ -233,11 +233,16 @@ class DiskCache:
         """The cache of entry `name` and its length in tokens, once checked against `tokens`
         (the prompt) and its checksum; None (and the entry removed if it was bad) otherwise."""
         entry_path, data_path = self._paths(name)
+        entry_file = None
         try:
+            entry_file = _identity(entry_path)
             entry = json.loads(entry_path.read_text())
             data = data_path.read_bytes()
         except FileNotFoundError:
-            if entry_path.exists():  # data is written before its entry and removed after it
+            # Data is written before its entry and removed after it: the entry file read, still
+            # there, without its data is a bad entry. Another writer may have removed and written
+            # the entry again meanwhile (a new file): that is a miss, and its entry is good.
+            if entry_file is not None and _identity(entry_path) == entry_file and not data_path.exists():
                 return self._corrupt(name, "its data file is missing")
             self.counters.misses += 1  # evicted or cleared by another replica meanwhile
             return None
@@ -444,6 +449,15 @@ def _discard(*paths: Path) -> None:
             p.unlink()
         except OSError:
             pass
+
+
+def _identity(path: Path) -> Optional[tuple[int, int]]:
+    """Which file is at `path` (a rename puts a new one there), or None if none is."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _remove(directory: Path, name: str) -> None:
