@@ -68,7 +68,14 @@ def cuda_url(server, worker, cache_dir):
 @pytest.fixture
 def fresh(worker):
     worker.reset()
-    return worker
+    yield worker
+    # A request that failed upstream is aborted after its answer went out: let that abort land
+    # here, not in the next test's list (CI once saw a 502 test's abort in the next test's).
+    seen, quiet_since, deadline = len(worker.aborts), time.time(), time.time() + 5
+    while time.time() - quiet_since < 1.0 and time.time() < deadline:
+        time.sleep(0.05)
+        if len(worker.aborts) != seen:
+            seen, quiet_since = len(worker.aborts), time.time()
 
 
 @pytest.fixture(scope="module")
