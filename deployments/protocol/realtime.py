@@ -235,9 +235,7 @@ def session_pcm(audio: Any, fmt: AudioFormat) -> bytes:
         raw = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
         raise RealtimeError("`audio` is not valid base64", "audio") from None
+    samples = fmt.decode(raw)  # checks the bytes in every format
     if fmt == AudioFormat("audio/pcm", SESSION_RATE):
-        if len(raw) % 2:
-            raise RealtimeError("`audio` has an odd number of bytes: PCM16 samples are 2 bytes each", "audio")
         return raw
-    samples = fmt.decode(raw)
     return AudioFormat("audio/pcm", SESSION_RATE).encode(resample(samples, fmt.rate, SESSION_RATE))
