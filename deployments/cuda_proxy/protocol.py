@@ -131,6 +131,8 @@ class CudaChatRequest(BaseModel):
     model: str
     messages: list[CudaMessage] = Field(..., min_length=1)
     max_tokens: Optional[int] = Field(None, ge=0)
+    max_completion_tokens: Optional[int] = Field(None, ge=0)  # OpenAI's newer name for max_tokens
+    chat_template_kwargs: Optional[dict[str, Any]] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None
     stream: bool = False
@@ -139,29 +141,66 @@ class CudaChatRequest(BaseModel):
     response_format: Any = None
 
 
+    def token_budget(self) -> Optional[int]:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+# Fields that change the answer and that worker-v0's sampling (max_new_tokens, temperature,
+# top_p) cannot carry, each with the values that change nothing (sent by some clients by
+# default, so those pass). OminiX-API drops them silently; here any other value is the
+# route's 400 naming the field, never an answer that ignored it.
+NOT_FORWARDED: dict[str, tuple[Any, ...]] = {
+    "stop": (None, [], ""),
+    "seed": (None,),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "logit_bias": (None, {}),
+    "ignore_eos": (None, False),
+    "min_tokens": (None, 0),
+    "reasoning_effort": (None,),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "verbosity": (None,),
+    "web_search_options": (None,),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+}
+
+
 def check_supported(request: CudaChatRequest) -> None:
     """Spec 6.4: plain-string text chat only; raise `Unsupported` otherwise. worker-v0 has no
-    constrained decoding: a JSON `response_format` is refused, never dropped."""
-    if request.max_tokens == 0:
+    constrained decoding: a JSON `response_format` is refused, never dropped; nor is any other
+    field that would change the answer (NOT_FORWARDED)."""
+    if request.token_budget() == 0:
         raise Unsupported("max_tokens is 0")
     extra = request.model_extra or {}
+    for name, unchanged in NOT_FORWARDED.items():
+        if extra.get(name) not in unchanged:
+            raise Unsupported(f"{name} (worker-v0 samples with max_new_tokens, temperature and top_p only)", name)
     if extra.get("keep_alive") is not None:
         # The worker keeps its one model resident; nothing here can load or unload it.
         raise Unsupported("keep_alive", "keep_alive")
-    if extra.get("n") not in (None, 1) or extra.get("logprobs") or extra.get("top_logprobs") is not None:
-        raise Unsupported("n or logprobs (the worker generates one choice, without log-probabilities)")
+    if extra.get("n") not in (None, 1):
+        raise Unsupported("n (the worker generates one choice)", "n")
+    for name in ("logprobs", "top_logprobs"):
+        if extra.get(name) not in (None, False):
+            raise Unsupported(f"{name} (the worker returns no log-probabilities)", name)
     if request.tools:
-        raise Unsupported("tools")
+        raise Unsupported("tools", "tools")
     if request.tool_choice is not None and request.tool_choice != "none":
-        raise Unsupported("tool_choice")
+        raise Unsupported("tool_choice", "tool_choice")
     if request.response_format is not None and request.response_format != {"type": "text"}:
         raise Unsupported("response_format", "response_format")
     for message in request.messages:
         extra = message.model_extra or {}
         if message.role == "tool" or extra.get("tool_calls") or extra.get("tool_call_id"):
-            raise Unsupported("tool messages")
+            raise Unsupported("tool messages", "messages")
         if isinstance(message.content, list):
-            raise Unsupported("content parts")
+            raise Unsupported("content parts", "messages")
 
 
 def new_request_id() -> str:
@@ -170,9 +209,8 @@ def new_request_id() -> str:
 
 def generate_envelope(request: CudaChatRequest, request_id: str, route: CudaRoute, stream: bool) -> dict[str, Any]:
     """The POST /generate body: the served id, never the public one."""
-    sampling: dict[str, Any] = {
-        "max_new_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_NEW_TOKENS
-    }
+    budget = request.token_budget()
+    sampling: dict[str, Any] = {"max_new_tokens": budget if budget is not None else DEFAULT_MAX_NEW_TOKENS}
     if request.temperature is not None:
         sampling["temperature"] = request.temperature
     if request.top_p is not None:
@@ -185,7 +223,8 @@ def generate_envelope(request: CudaChatRequest, request_id: str, route: CudaRout
         "input": {
             "kind": "chat",
             "messages": [m.model_dump(exclude_unset=True) for m in request.messages],
-            "chat_template_kwargs": dict(route.chat_template_kwargs),
+            # The route's own (OMINIX_V0_CHAT_TEMPLATE_KWARGS_JSON), under the request's.
+            "chat_template_kwargs": {**route.chat_template_kwargs, **(request.chat_template_kwargs or {})},
         },
         "sampling": sampling,
         "response_options": {"skip_special_tokens": True, "spaces_between_special_tokens": True},

@@ -22,6 +22,7 @@ class SamplingParams:
     seed: Optional[int] = None
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    min_tokens: int = 0  # no end-of-sequence token before this many
 
     @classmethod
     def from_request(cls, request: SamplingRequest, max_tokens: int, defaults: dict[str, Any]) -> SamplingParams:
@@ -42,4 +43,5 @@ class SamplingParams:
             seed=request.seed,
             stop=request.stop_list(),
             ignore_eos=request.ignore_eos,
+            min_tokens=request.min_tokens or 0,
         )

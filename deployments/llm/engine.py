@@ -524,6 +524,8 @@ class LLMEngine(EngineThread[_Request]):
         if seq.mask:
             # Last, so that the logprobs (read after every processor) are the masked ones.
             processors.append(_mask_processor(seq.mask))
+        if seq.params.min_tokens and eos:
+            processors.append(_min_tokens_processor(seq.params.min_tokens, tok.eos_token_ids))
         (seq.uid,) = self._batch.insert_segments(
             [segments],
             max_tokens=[seq.params.max_tokens],
@@ -816,6 +818,27 @@ def _mask_processor(mask: TokenMask):
         if allowed.shape[0] != width:  # logits wider than the vocabulary: the rest never allowed
             allowed = np.pad(allowed[:width], (0, max(0, width - allowed.shape[0])))
         return mx.where(mx.array(allowed), logits, mx.array(-float("inf"), dtype=logits.dtype))
+
+    return apply
+
+
+def _min_tokens_processor(min_tokens: int, eos_ids: Any):
+    """`min_tokens` as a logits processor: end-of-sequence tokens get -inf for the first
+    `min_tokens` steps, unless nothing else is left (a grammar that allows only its end: it
+    ends, rather than sampling from nothing)."""
+    import mlx.core as mx
+
+    steps, banned = [0], {}
+
+    def apply(tokens, logits):
+        steps[0] += 1
+        if steps[0] > min_tokens:
+            return logits
+        width = logits.shape[-1]
+        if width not in banned:
+            banned[width] = mx.array(np.isin(np.arange(width), list(eos_ids)))
+        held = mx.where(banned[width], mx.array(-float("inf"), dtype=logits.dtype), logits)
+        return mx.where(mx.max(held, axis=-1, keepdims=True) > -float("inf"), held, logits)
 
     return apply
 

@@ -227,6 +227,9 @@ class SamplingRequest(RefusingRequest):
     # vLLM's extension: keep generating past end-of-sequence tokens until max_tokens
     # (benchmarks use it so every request does the same work).
     ignore_eos: bool = False
+    # vLLM's extension: no end-of-sequence token before this many tokens (stop strings still end
+    # the answer). The Realtime conversation asks for one so a response always says something.
+    min_tokens: Optional[StrictInt] = Field(None, ge=0)
     n: Optional[StrictInt] = Field(None, ge=1, description="Choices to generate (up to the slot's llm.max_n)")
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
@@ -250,6 +253,9 @@ class SamplingRequest(RefusingRequest):
         for key in self.logit_bias or {}:
             if not key.lstrip("-").isdigit():
                 raise ValueError(f"logit_bias: keys must be token ids, got {key!r}")
+        budget = self.token_budget()
+        if self.min_tokens and budget is not None and self.min_tokens > budget:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed the token limit ({budget})")
         return self
 
     def stop_list(self) -> list[str]:

@@ -178,7 +178,9 @@ class ConversationSession(TranscriptionSession):
         `first_turn` (a user message) on."""
         messages = items.chat_messages(self.instructions, first_turn)
         body = {"model": self.llm, "messages": messages, "max_tokens": self.max_output_tokens}
-        return {**body, **self.chat_tools(), "stream": True}
+        # A response is a turn of the conversation: it says something (a model that would end
+        # at once, as a small one sometimes does after a tool's output, writes a token first).
+        return {**body, **self.chat_tools(), "min_tokens": 1, "stream": True}
 
 
 def _tools(value: Any, param: str) -> tuple[dict, ...]:

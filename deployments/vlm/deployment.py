@@ -43,6 +43,8 @@ def sampling(request: ChatCompletionRequest, max_tokens: int) -> SamplingParams:
         raise invalid_request("tools are not supported by the VLM slot", "tools")
     if request.ignore_eos:
         raise invalid_request("ignore_eos is not supported by the VLM slot", "ignore_eos")
+    if request.min_tokens:
+        raise invalid_request("min_tokens is not supported by the VLM slot", "min_tokens")
     return SamplingParams.from_request(request, max_tokens, {})
 
 

@@ -120,6 +120,67 @@ def test_a_json_response_format_is_refused_by_name():
     assert (error.status_code, error.param) == (400, "response_format")
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("stop", ["\n"]),
+        ("stop", "END"),
+        ("seed", 7),
+        ("top_k", 20),
+        ("min_p", 0.1),
+        ("presence_penalty", 0.5),
+        ("frequency_penalty", -0.5),
+        ("repetition_penalty", 1.2),
+        ("logit_bias", {"42": -100}),
+        ("ignore_eos", True),
+        ("min_tokens", 3),
+        ("reasoning_effort", "low"),
+        ("modalities", ["text", "audio"]),
+        ("audio", {"voice": "alloy", "format": "wav"}),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("n", 2),
+        ("logprobs", True),
+        ("top_logprobs", 2),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "auto"),
+    ],
+)
+def test_a_field_the_worker_cannot_honour_is_a_400_naming_it(name, value):
+    """worker-v0 samples with max_new_tokens, temperature and top_p only: every other field that
+    would change the answer is refused by name (OminiX-API drops them and answers without)."""
+    with pytest.raises(Unsupported) as info:
+        check_supported(request(**{name: value}))
+    error = http_error(info.value)
+    assert (error.status_code, error.param, error.type) == (400, name, "upstream_error")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"stop": None},
+        {"stop": []},
+        {"seed": None, "top_k": 0, "min_p": 0, "presence_penalty": 0, "frequency_penalty": 0.0},
+        {"repetition_penalty": 1.0, "logit_bias": {}, "ignore_eos": False, "min_tokens": 0},
+        {"modalities": ["text"], "user": "u", "metadata": {"a": "b"}, "store": False, "prompt_cache_key": "k"},
+    ],
+)
+def test_fields_that_change_nothing_pass(fields):
+    """What clients send by default (a zero penalty, text modality, routing and bookkeeping
+    fields) changes no answer and goes through."""
+    check_supported(request(**fields))
+
+
+def test_max_completion_tokens_and_request_template_kwargs_reach_the_worker():
+    """OpenAI's newer `max_completion_tokens` is the worker's max_new_tokens (and 0 is refused as
+    max_tokens 0 is); the request's chat_template_kwargs go over the route's own."""
+    fields = {"max_completion_tokens": 9, "chat_template_kwargs": {"enable_thinking": True, "x": 1}}
+    envelope = generate_envelope(request(**fields), "ominix-1", ROUTE, False)
+    assert envelope["sampling"] == {"max_new_tokens": 9}
+    assert envelope["input"]["chat_template_kwargs"] == {"enable_thinking": True, "x": 1}
+    with pytest.raises(Unsupported):
+        check_supported(request(max_completion_tokens=0))
+
+
 # ---- 6.5 envelopes ---------------------------------------------------------------------------
 
 

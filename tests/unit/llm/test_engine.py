@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from pydantic import ValidationError
 
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.engine import EngineConfig, LLMEngine
@@ -120,6 +121,16 @@ async def test_ignore_eos_generates_up_to_max_tokens(engine):
     assert stopped.finish_reason == "stop" and stopped.usage.completion_tokens == 1
     _, kept_going = await complete(engine, "hello", ignore_eos=True, **kw)
     assert kept_going.finish_reason == "length" and kept_going.usage.completion_tokens == 12
+
+
+async def test_min_tokens_holds_the_end_of_sequence_back_that_long(engine):
+    """vLLM's min_tokens: the end-of-sequence token the bias makes win is masked for the first
+    3 tokens, then wins (the 4th token, counted as vLLM counts it)."""
+    eos = {str(t): 100.0 for t in engine.tokenizer.eos_token_ids}
+    _, held = await complete(engine, "hello", max_tokens=12, temperature=0, logit_bias=eos, min_tokens=3)
+    assert held.finish_reason == "stop" and held.usage.completion_tokens == 4
+    with pytest.raises(ValidationError, match="min_tokens"):
+        CompletionRequest(prompt="hello", max_tokens=2, min_tokens=3)
 
 
 async def test_a_slow_consumer_gets_the_same_text_in_fewer_chunks(engine):

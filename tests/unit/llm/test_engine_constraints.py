@@ -145,6 +145,14 @@ async def test_the_grammar_ends_the_sequence_even_under_ignore_eos(tiny):
     jsonschema.validate(json.loads(r["content"]), BOUNDED)
 
 
+async def test_min_tokens_yields_to_a_grammar_that_allows_only_its_end(tiny):
+    """A grammar whose only way on is its end ends the answer before min_tokens, rather than
+    sampling from nothing: a one-value enum is a few tokens, min_tokens is 100."""
+    schema = {"enum": ["yes"]}
+    r = await generate(tiny, no_thinking(response_format=json_schema(schema), temperature=1, min_tokens=100))
+    assert r["finish"] == "stop" and r["tokens"] < 100 and json.loads(r["content"]) == "yes"
+
+
 async def test_forced_tool_calls_in_the_models_own_syntax(tiny):
     required, named, single = await asyncio.gather(
         generate(tiny, no_thinking(tools=[WEATHER, CLOCK], tool_choice="required", temperature=1, seed=2)),

@@ -118,6 +118,7 @@ def test_the_chat_request_holds_the_instructions_the_history_and_the_tools():
         {"type": "function", "function": {"name": "get_time", "description": "Now", "parameters": {"type": "object"}}}
     ]
     assert (body["tool_choice"], body["max_tokens"], body["model"], body["stream"]) == ("required", 30, "m", True)
+    assert body["min_tokens"] == 1  # a response says something: no end-of-sequence as its first token
     named = session.for_response({"tool_choice": {"type": "function", "name": "get_time"}})
     assert named.chat_body(history)["tool_choice"] == {"type": "function", "function": {"name": "get_time"}}
     assert "tools" not in ConversationSession().chat_body(history)  # no tools: a plain chat
