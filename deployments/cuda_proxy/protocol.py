@@ -140,7 +140,6 @@ class CudaChatRequest(BaseModel):
     tool_choice: Any = None
     response_format: Any = None
 
-
     def token_budget(self) -> Optional[int]:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
