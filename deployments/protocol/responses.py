@@ -148,8 +148,6 @@ class ResponsesRequest(RefusingRequest):
             raise ValueError("input: needed (a string or a list of items)")
         if isinstance(self.input, str) and not self.input:
             raise ValueError("input: must not be empty")
-        if self.truncation == "auto":
-            raise ValueError("truncation: 'auto' is not served here (nothing is dropped to fit the context)")
         refused = sorted(REFUSED_INCLUDES & set(self.include or ()))
         if refused:
             raise ValueError(f"include: {refused[0]} is not served here")
@@ -406,6 +404,27 @@ def chat_response_format(text: Optional[TextConfig]) -> Optional[dict[str, Any]]
     if fmt.strict is not None:
         schema["strict"] = fmt.strict
     return {"type": "json_schema", "json_schema": schema}
+
+
+def _is_message(item: dict[str, Any], *roles: str) -> bool:
+    return item.get("type") == "message" and item.get("role") in roles
+
+
+def user_turns(items: list[dict[str, Any]]) -> int:
+    return sum(1 for item in items if _is_message(item, "user"))
+
+
+def from_turn(items: list[dict[str, Any]], first_turn: int) -> list[dict[str, Any]]:
+    """`truncation: "auto"`: the conversation from its `first_turn`-th user message on, the
+    earlier turns (with their calls and outputs) left out; system and developer messages are
+    always kept. 0, or past the last user message: all of it."""
+    users = [k for k, item in enumerate(items) if _is_message(item, "user")]
+    if not 0 < first_turn < len(users):
+        return items
+    start = users[first_turn]
+    kept = [item for k, item in enumerate(items) if k >= start or _is_message(item, "system", "developer")]
+    calls = {item["call_id"] for item in kept if item["type"] == "function_call"}
+    return [item for item in kept if item["type"] != "function_call_output" or item["call_id"] in calls]
 
 
 def chat_body(request: ResponsesRequest, items: list[dict[str, Any]], stream: bool = True) -> dict[str, Any]:

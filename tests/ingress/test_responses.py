@@ -278,6 +278,43 @@ async def test_previous_response_id_continues_the_stored_conversation(client, sl
     assert sorted(stored(state)) == sorted([first.id, second.id, third.id])
 
 
+@pytest.mark.parametrize("truncation", ["auto", "disabled"])
+async def test_a_conversation_past_the_context_leaves_its_oldest_turns_out_unless_told_not_to(
+    client, slots, state, truncation
+):
+    """`truncation: "auto"` (the Agents SDK's ModelSettings.truncation): the conversation is sent
+    again without its oldest turn, a tool call and its output with it, until the model's
+    context holds it; the stored conversation stays whole. `disabled` (the default): a 400."""
+
+    def small_context(request, *images, model=None):
+        if len(request.messages) > 4:  # the system prompt and three more messages fit
+            full = APIError(
+                400, "The prompt is too long", "invalid_request_error", "messages", "context_length_exceeded"
+            )
+            return [full]
+        return fakes.generation("Sure.")(request, model=model)
+
+    slots["llm"].answers["chat"] = tool_call_answer()
+    first = await client.responses.create(model=MODEL, input="Weather?", instructions="Be brief.", tools=[WEATHER])
+    slots["llm"].answers["chat"] = small_context
+    output = {"type": "function_call_output", "call_id": "call_abc", "output": "sunny"}
+    second = await client.responses.create(
+        model=MODEL, input=[output], instructions="Be brief.", previous_response_id=first.id
+    )  # system, user, assistant call, tool: 4 messages fit
+    ask = dict(model=MODEL, input="And tomorrow?", instructions="Be brief.", previous_response_id=second.id)
+    if truncation == "disabled":
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.responses.create(**ask)
+        assert (info.value.body["code"], info.value.body["param"]) == ("context_length_exceeded", "input")
+        return
+    third = await client.responses.create(**ask, truncation="auto")
+    assert third.status == "completed" and third.truncation == "auto" and third.output_text == "Sure."
+    sent = [(m.role, m.content) for m in chat_request(slots).messages]
+    assert sent == [("system", "Be brief."), ("user", "And tomorrow?")]  # the weather turn left out whole
+    items = await client.responses.input_items.list(third.id, order="asc")
+    assert [i.type for i in items.data] == ["message", "function_call", "function_call_output", "message", "message"]
+
+
 async def test_retrieve_and_delete(client, state):
     r = await client.responses.create(model=MODEL, input="Hi")
     got = await client.responses.retrieve(r.id)
@@ -411,7 +448,7 @@ async def test_input_images_go_to_the_vision_model_and_are_a_400_for_a_text_mode
         ({"model": MODEL, "input": "Hi", "background": True}, 400, "background"),
         ({"model": MODEL, "input": "Hi", "conversation": "conv_1"}, 400, "conversation"),
         ({"model": MODEL, "input": "Hi", "text": {"verbosity": "low"}}, 400, "text.verbosity"),
-        ({"model": MODEL, "input": "Hi", "truncation": "auto"}, 400, "truncation"),
+        ({"model": MODEL, "input": "Hi", "truncation": "middle"}, 400, "truncation"),
         ({"model": MODEL, "input": "Hi", "max_output_tokens": 0}, 400, "max_output_tokens"),
         ({"model": MODEL, "input": "Hi", "temperature": 3}, 400, "temperature"),
         ({"model": MODEL, "input": "Hi", "metadata": {"k": "v" * 513}}, 400, "metadata"),

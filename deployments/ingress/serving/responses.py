@@ -35,10 +35,12 @@ from deployments.protocol.responses import (
     ResponsesRequest,
     chat_body,
     finish_status,
+    from_turn,
     new_id,
     normalise_items,
     output_items,
     response_object,
+    user_turns,
 )
 from deployments.protocol.sse import sse_event
 from deployments.records import DEFAULT_LIMITS, RESPONSES, RecordTooLarge
@@ -65,12 +67,11 @@ class ServingResponses:
         request = validate_body(ResponsesRequest, body)
         history, chain = await self._continued(request)
         conversation = history + normalise_items(request.input_items())
-        chat = chat_body(request, conversation)
         if request.store:
             self._check_storable(conversation)
         # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
         named = request.prompt_cache_key or request.user or session_header
-        generation = await self._open(chat, session_header, None if named else chain)
+        generation = await self._open_fitting(request, conversation, session_header, None if named else chain)
         turn = Turn(self, request, new_id("resp"), conversation, chain or generation.affinity, generation.model)
         if request.stream:
             return sse_response(turn.events(generation), end=b"")
@@ -98,6 +99,29 @@ class ServingResponses:
                 "input",
                 "input_too_large",
             )
+
+    async def _open_fitting(
+        self,
+        request: ResponsesRequest,
+        conversation: list[dict[str, Any]],
+        session_header: Optional[str],
+        affinity: Optional[str],
+    ) -> ChatGeneration:
+        """The answer opened; with `truncation: "auto"`, a conversation the model's context
+        cannot hold is sent again without its oldest turn until it fits (the LLM slot refuses an
+        overlong prompt before it generates: each try is one tokenization). What is stored is
+        the whole conversation."""
+        first = 0
+        while True:
+            chat = chat_body(request, from_turn(conversation, first))
+            try:
+                return await self._open(chat, session_header, affinity)
+            except APIError as e:
+                full = e.code == "context_length_exceeded"
+                if not full or request.truncation != "auto" or first + 1 >= user_turns(conversation):
+                    raise
+                first += 1
+                logger.info("Response: the conversation is past the context; left out its turn %d", first)
 
     async def _open(
         self, chat: dict[str, Any], session_header: Optional[str], affinity: Optional[str]

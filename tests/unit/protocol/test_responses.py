@@ -19,9 +19,11 @@ from deployments.protocol.responses import (
     chat_messages,
     chat_tool_choice,
     chat_tools,
+    from_turn,
     normalise_items,
     output_items,
     response_object,
+    user_turns,
 )
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
@@ -200,3 +202,26 @@ def test_a_failure_is_an_error_event_then_response_failed():
     error, failed = (EVENTS.validate_python(e) for e in stream.fail(APIError(503, "gone", "service_unavailable")))
     assert error.type == "error" and error.message == "gone"
     assert failed.response.status == "failed" and failed.response.error.code == "server_error"
+
+
+def test_from_turn_leaves_whole_turns_out_and_keeps_the_system_messages():
+    def message(role, text):
+        return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    items = [
+        message("developer", "Be brief."),
+        message("user", "One"),
+        call,
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        message("assistant", "A"),
+        message("user", "Two"),
+        message("assistant", "B"),
+        message("user", "Three"),
+    ]
+    assert user_turns(items) == 3
+    assert from_turn(items, 0) == items and from_turn(items, 3) == items  # nothing left out
+    assert from_turn(items, 1) == [items[0], *items[5:]]
+    assert from_turn(items, 2) == [items[0], items[7]]
+    orphan = [message("user", "One"), call, message("user", "Two"), items[3]]
+    assert from_turn(orphan, 1) == [orphan[2]]  # an output whose call was left out goes with it
