@@ -1,5 +1,5 @@
 """The graph's record store: JSON records that a protocol keeps across requests (stored
-responses of the Responses API, voice-training jobs), bounded per namespace in entries, bytes
+responses and conversations of the Responses API, voice-training jobs), bounded per namespace in entries, bytes
 and age, least recently used first out. Pure: no Ray, no MLX.
 
 Control holds one (deployments/control/deployment.py), so every ingress replica sees the same
@@ -44,10 +44,16 @@ class RecordLimits:
 
 
 # OpenAI keeps a stored response for 30 days; entries and bytes keep Control's disk bounded.
+# A conversation has no expiry at OpenAI: here one unwritten for a year goes, and the least
+# recently used go first past the entries and bytes.
 RESPONSES = "responses"
+CONVERSATIONS = "conversations"
 VOICE_TRAINING = "voice_training"
 DEFAULT_LIMITS = {
     RESPONSES: RecordLimits(max_entries=10_000, max_bytes=512 * MiB, max_age_s=30 * DAY_S, max_record_bytes=32 * MiB),
+    CONVERSATIONS: RecordLimits(
+        max_entries=10_000, max_bytes=512 * MiB, max_age_s=365 * DAY_S, max_record_bytes=32 * MiB
+    ),
     VOICE_TRAINING: RecordLimits(max_entries=1_000, max_bytes=16 * MiB, max_age_s=30 * DAY_S),
 }
 

@@ -21,6 +21,7 @@ SLOT = Slot(
         Route("/v1/chat/completions", 20 * MiB, 300.0),
         Route("/v1/completions", 20 * MiB, 300.0),
         Route("/v1/responses", 20 * MiB, 300.0),
+        Route("/v1/conversations", 20 * MiB, 60.0),  # items as large as a response's input
         Route("/v1/messages", 20 * MiB, 300.0),
     ),
     # mlx-lm serves most text architectures: a model whose type no other slot lists is the LLM's.

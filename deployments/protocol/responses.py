@@ -24,10 +24,11 @@ import time
 import uuid
 from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictInt, field_validator, model_validator
 
-from deployments.protocol.errors import APIError, invalid_request
+from deployments.protocol.errors import APIError, invalid_request, renamed
 from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from deployments.protocol.openai import RefusingRequest, RequestModel, ToolCall, UsageInfo
 
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
@@ -36,11 +37,9 @@ MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 # can honour (docs/api/responses.md sorts every field).
 REFUSED_RESPONSES_FIELDS = {
     "background": "background responses are not served here; stream the response instead",
-    "conversation": "the Conversations API is not served here; continue with previous_response_id",
     "prompt": "stored prompt templates are not served here; send instructions and input",
     "context_management": "server-side context compaction is not served here",
     "max_tool_calls": "a cap on built-in tool calls is not served here (no built-in tools run here)",
-    "top_logprobs": "log-probabilities are not served by the Responses API here; use chat completions",
     "moderation": "moderation is not served here",
     "access_programs": "access programs are not served here",
     "image": "image generation options are not served here; use /v1/images/generations",
@@ -63,8 +62,9 @@ BUILT_IN_TOOLS = (
     "tool_search",
     "programmatic_tool_calling",
 )
-# include[] values: logprobs are refused (they are chat's), the rest name data nothing here has.
-REFUSED_INCLUDES = {"message.output_text.logprobs"}
+# include[] asking for the answer's log-probabilities; the other values name data (hosted tools'
+# results, encrypted reasoning) nothing here has.
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def new_id(prefix: str) -> str:
@@ -112,6 +112,8 @@ class ResponsesRequest(RefusingRequest):
     input: Union[str, list[dict[str, Any]], None] = None
     instructions: Optional[str] = None
     previous_response_id: Optional[str] = Field(None, max_length=256)
+    # A stored conversation (/v1/conversations) to answer and to append this turn to.
+    conversation: Union[str, dict[str, Any], None] = None
     max_output_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
@@ -124,6 +126,7 @@ class ResponsesRequest(RefusingRequest):
     store: StrictBool = True
     stream: StrictBool = False
     include: Optional[list[str]] = None
+    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     truncation: Optional[Literal["disabled", "auto"]] = None
     user: Optional[str] = None
     prompt_cache_key: Optional[str] = Field(None, max_length=1024)
@@ -133,14 +136,7 @@ class ResponsesRequest(RefusingRequest):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value):
-        if value is None:
-            return value
-        if len(value) > MAX_METADATA_PAIRS:
-            raise ValueError(f"at most {MAX_METADATA_PAIRS} key-value pairs")
-        for key, item in value.items():
-            if len(key) > MAX_METADATA_KEY or len(item) > MAX_METADATA_VALUE:
-                raise ValueError(f"keys hold at most {MAX_METADATA_KEY} characters, values {MAX_METADATA_VALUE}")
-        return value
+        return check_metadata(value)
 
     @model_validator(mode="after")
     def _check(self):
@@ -148,10 +144,23 @@ class ResponsesRequest(RefusingRequest):
             raise ValueError("input: needed (a string or a list of items)")
         if isinstance(self.input, str) and not self.input:
             raise ValueError("input: must not be empty")
-        refused = sorted(REFUSED_INCLUDES & set(self.include or ()))
-        if refused:
-            raise ValueError(f"include: {refused[0]} is not served here")
+        if self.conversation is not None:
+            self.conversation_id()
+            if self.previous_response_id is not None:
+                raise ValueError("conversation: continue a conversation or a previous response, not both")
         return self
+
+    def conversation_id(self) -> Optional[str]:
+        """`conversation` as an id (it may come as `{"id": ...}`)."""
+        value = self.conversation
+        conversation_id = value.get("id") if isinstance(value, dict) else value
+        if value is not None and (not isinstance(conversation_id, str) or not conversation_id):
+            raise ValueError('conversation: a conversation id, or {"id": "<conversation id>"}')
+        return conversation_id
+
+    def wants_logprobs(self) -> bool:
+        """The answer's log-probabilities, asked for by `include` (as OpenAI) or by `top_logprobs`."""
+        return LOGPROBS_INCLUDE in (self.include or ()) or self.top_logprobs is not None
 
     def input_items(self) -> list[dict[str, Any]]:
         if self.input is None:
@@ -162,7 +171,9 @@ class ResponsesRequest(RefusingRequest):
 
     def echo(self) -> dict[str, Any]:
         """The request's settings as the response object repeats them."""
+        conversation_id = self.conversation_id()
         return {
+            "conversation": {"id": conversation_id} if conversation_id else None,
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
             "metadata": self.metadata or {},
@@ -179,6 +190,7 @@ class ResponsesRequest(RefusingRequest):
             else {"format": {"type": "text"}},
             "tool_choice": self.tool_choice if self.tool_choice is not None else "auto",
             "tools": self.tools or [],
+            "top_logprobs": self.top_logprobs,
             "top_p": self.top_p,
             "truncation": self.truncation or "disabled",
             "user": self.user,
@@ -189,10 +201,45 @@ class ResponsesRequest(RefusingRequest):
 # Items: normalised (what is stored and listed), then as chat messages
 
 
-def normalise_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def normalise_items(items: list[dict[str, Any]], field: str = "input") -> list[dict[str, Any]]:
     """The input items in their full shape, each with an id (as input_items lists them); an
-    item or part nothing here serves is a 400 naming it."""
-    return [_normalise(item, f"input[{i}]") for i, item in enumerate(items)]
+    item or part nothing here serves is a 400 naming `field` (the request's list of them)."""
+    try:
+        return [_normalise(item, f"input[{i}]") for i, item in enumerate(items)]
+    except APIError as e:
+        raise renamed(e, {"input": field}) from None
+
+
+def item_page(items: list[dict[str, Any]], after: Optional[str], limit: int, order: str, owner: str) -> dict:
+    """One page of stored items as OpenAI lists them (`desc`: newest first; `after`: an item id
+    of the previous page, a 400 when `owner` holds no such item)."""
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [item.get("id") for item in items]
+        if after not in ids:
+            raise invalid_request(f"after: no item '{after}' in {owner}", "after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
+
+
+def check_metadata(value: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+    """OpenAI's metadata bounds: 16 pairs, keys of 64 characters, values of 512."""
+    if value is None:
+        return value
+    if len(value) > MAX_METADATA_PAIRS:
+        raise ValueError(f"at most {MAX_METADATA_PAIRS} key-value pairs")
+    for key, item in value.items():
+        if len(key) > MAX_METADATA_KEY or len(item) > MAX_METADATA_VALUE:
+            raise ValueError(f"keys hold at most {MAX_METADATA_KEY} characters, values {MAX_METADATA_VALUE}")
+    return value
 
 
 def _normalise(item: Any, where: str) -> dict[str, Any]:
@@ -445,6 +492,8 @@ def chat_body(request: ResponsesRequest, items: list[dict[str, Any]], stream: bo
         "prompt_cache_key": request.prompt_cache_key,
     }
     body.update({k: v for k, v in fields.items() if v is not None})
+    if request.wants_logprobs():
+        body.update(logprobs=True, top_logprobs=request.top_logprobs or 0)
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -457,6 +506,7 @@ CHAT_TO_RESPONSES_PARAMS = {
     "max_tokens": "max_output_tokens",
     "response_format": "text.format",
     "reasoning_effort": "reasoning.effort",
+    "logprobs": "include",
 }
 
 
@@ -487,13 +537,21 @@ def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[s
     }
 
 
-def message_item(item_id: str, text: Optional[str], status: str = "completed") -> dict[str, Any]:
-    content = [] if text is None else [output_text(text)]
+def message_item(
+    item_id: str, text: Optional[str], status: str = "completed", logprobs: Optional[list[TokenLogprob]] = None
+) -> dict[str, Any]:
+    content = [] if text is None else [output_text(text, logprobs)]
     return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
 
 
-def output_text(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def output_text(text: str, logprobs: Optional[list[TokenLogprob]] = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprob_dicts(logprobs)}
+
+
+def logprob_dicts(entries: Optional[list[TokenLogprob]]) -> list[dict[str, Any]]:
+    """Chat's token entries in the Responses shape (the same fields: token, logprob, bytes,
+    top_logprobs)."""
+    return [entry.model_dump() for entry in entries or ()]
 
 
 def function_call_item(item_id: str, call: ToolCall, arguments: Optional[str] = None, status="completed") -> dict:
@@ -507,14 +565,15 @@ def function_call_item(item_id: str, call: ToolCall, arguments: Optional[str] = 
     }
 
 
-def output_items(total: GenerationChunk) -> list[dict[str, Any]]:
-    """A whole generation as output items: its thinking, its answer, its tool calls."""
+def output_items(total: GenerationChunk, logprobs: Optional[list[TokenLogprob]] = None) -> list[dict[str, Any]]:
+    """A whole generation as output items: its thinking, its answer (with the log-probabilities
+    of its tokens, when asked for), its tool calls."""
     items = []
     if total.reasoning_content:
         items.append(reasoning_item(new_id("rs"), total.reasoning_content))
     if total.content or not total.tool_calls:
         status = "incomplete" if total.finish_reason == "length" else "completed"
-        items.append(message_item(new_id("msg"), total.content, status))
+        items.append(message_item(new_id("msg"), total.content, status, logprobs))
     items += [function_call_item(new_id("fc"), call) for call in total.tool_calls]
     return items
 
@@ -582,6 +641,7 @@ class ResponseEvents:
         self.sequence = 0
         self._open: Optional[dict[str, Any]] = None  # the item whose content is arriving
         self._text = ""
+        self._logprobs: list[TokenLogprob] = []  # the open message's token entries
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -602,7 +662,7 @@ class ResponseEvents:
         if chunk.reasoning_content:
             events += self._delta("reasoning", chunk.reasoning_content)
         if chunk.content:
-            events += self._delta("message", chunk.content)
+            events += self._delta("message", chunk.content, chunk.logprobs or [])
         for call in chunk.tool_calls:
             events += self._close()
             item = function_call_item(new_id("fc"), call, arguments="", status="in_progress")
@@ -633,7 +693,7 @@ class ResponseEvents:
         events.append(self._event("response.output_item.added", output_index=index, item=json.loads(json.dumps(item))))
         return index
 
-    def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
+    def _delta(self, kind: str, text: str, logprobs: Optional[list[TokenLogprob]] = None) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._open is None or self._open["type"] != kind:
             events += self._close()
@@ -649,10 +709,11 @@ class ResponseEvents:
                     "response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part
                 )
             )
-            self._open, self._text = item, ""
+            self._open, self._text, self._logprobs = item, "", []
         self._text += text
+        self._logprobs += logprobs or []
         kind_event = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        extra = {"logprobs": []} if kind == "message" else {}
+        extra = {"logprobs": logprob_dicts(logprobs)} if kind == "message" else {}
         item = self._open
         events.append(
             self._event(
@@ -669,9 +730,9 @@ class ResponseEvents:
         index = len(self.output) - 1
         ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
         if item["type"] == "message":
-            part = output_text(text)
+            part = output_text(text, self._logprobs)
             done = [
-                self._event("response.output_text.done", **ids, text=text, logprobs=[]),
+                self._event("response.output_text.done", **ids, text=text, logprobs=part["logprobs"]),
                 self._event("response.content_part.done", **ids, part=part),
             ]
             item.update(content=[part], status=status)

@@ -1,6 +1,6 @@
 """The agent protocols on the real graph (the shipped config, the default SmolLM2 at temperature
 0), each with its own client: the openai SDK's Responses API (create, previous_response_id, a
-function tool round trip, the event stream, retrieve and delete, a stored response outliving
+conversation, a function tool round trip, the event stream, retrieve and delete, a stored response outliving
 the ingress replica), the OpenAI Agents SDK's Runner, and the anthropic SDK's Messages API. The
 SDKs parse every response and event with their own types. Few requests, few tokens."""
 
@@ -54,6 +54,28 @@ def test_responses_create_continue_retrieve_delete(client):
         client.responses.retrieve(first.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.create(input="Again", previous_response_id=first.id, max_output_tokens=4, **GREEDY)
+
+
+def test_a_conversation_holds_the_turns_of_its_responses(client):
+    """The Conversations API on Control's record store: two responses that name the conversation
+    answer its items and append their turns; the items list them in order."""
+    conv = client.conversations.create(items=[{"role": "user", "content": "My name is Ada."}], metadata={"app": "e2e"})
+    first = client.responses.create(input="Say hello.", conversation=conv.id, max_output_tokens=8, **GREEDY)
+    second = client.responses.create(input="What is my name?", conversation=conv.id, max_output_tokens=8, **GREEDY)
+    assert first.conversation.id == second.conversation.id == conv.id
+    assert second.usage.input_tokens > first.usage.input_tokens  # the first turn came before it
+    items = list(client.conversations.items.list(conv.id, order="asc"))
+    assert [(i.role, i.content[0].text) for i in items] == [
+        ("user", "My name is Ada."),
+        ("user", "Say hello."),
+        ("assistant", first.output_text),
+        ("user", "What is my name?"),
+        ("assistant", second.output_text),
+    ]
+    assert client.conversations.retrieve(conv.id).metadata == {"app": "e2e"}
+    client.conversations.delete(conv.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(input="Again", conversation=conv.id, max_output_tokens=4, **GREEDY)
 
 
 def test_a_function_tool_round_trip(client):

@@ -29,6 +29,29 @@ def test_chat_logprobs_are_well_formed(client):
     assert joined.strip() == r.choices[0].message.content.strip()
 
 
+def test_responses_logprobs_are_the_same_entries_as_chats(client):
+    """The Responses API's `include: ["message.output_text.logprobs"]`: the same greedy answer
+    as chat, with the same entries, on the output_text."""
+    question = HELLO[0]["content"]
+    chat = client.chat.completions.create(
+        model=DEFAULT, messages=HELLO, max_tokens=8, temperature=0, logprobs=True, top_logprobs=2
+    )
+    r = client.responses.create(
+        model=DEFAULT,
+        input=question,
+        max_output_tokens=8,
+        temperature=0,
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+        store=False,
+    )
+    text = r.output[-1].content[0]
+    assert text.text == chat.choices[0].message.content
+    got = [(e.token, round(e.logprob, 3), [t.token for t in e.top_logprobs]) for e in text.logprobs]
+    want = [(e.token, round(e.logprob, 3), [t.token for t in e.top_logprobs]) for e in chat.choices[0].logprobs.content]
+    assert got == want and len(got) >= 1
+
+
 def test_completion_logprobs_are_the_legacy_columns(client):
     r = client.completions.create(model=DEFAULT, prompt="Once upon a time", max_tokens=6, temperature=0, logprobs=2)
     lp = r.choices[0].logprobs

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 from deployments.ingress.app import create_app
 from deployments.protocol.errors import APIError
 from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.logprobs import TokenLogprob, TopLogprob
 from deployments.protocol.openai import FunctionCall, ToolCall, UsageInfo
 from deployments.records import RESPONSES, RecordStore
 from graphs.config import GraphArgs
@@ -120,6 +121,49 @@ async def test_the_raw_response_parses_with_the_sdks_model(http):
     assert r.status_code == 200
     response = Response.model_validate(r.json())
     assert response.output[0].type == "message" and response.output[0].content[0].text == "Hello there"
+
+
+def answer_with_logprobs(request, *images, model=None):
+    """Thinking, then two answer tokens, each chunk with its tokens' entries."""
+
+    def entry(token, logprob):
+        top = [TopLogprob(token=token, logprob=logprob, bytes=list(token.encode()))]
+        return TokenLogprob(token=token, logprob=logprob, bytes=list(token.encode()), top_logprobs=top)
+
+    return [
+        GenerationChunk(model=model, reasoning_content="Hm.", logprobs=[entry("Hm.", -2.0)]),
+        GenerationChunk(content="Hi", logprobs=[entry("Hi", -0.5)]),
+        GenerationChunk(content=" there", logprobs=[entry(" there", -0.25)]),
+        GenerationChunk(finish_reason="stop", usage=usage()),
+    ]
+
+
+@pytest.mark.parametrize("ask", [{"include": ["message.output_text.logprobs"]}, {"top_logprobs": 1}])
+async def test_the_answers_logprobs_when_asked_for(client, slots, ask):
+    """`include: ["message.output_text.logprobs"]` (and/or `top_logprobs`) asks chat for its
+    entries; the answer's tokens come back on the output_text, streamed on each delta and on
+    its done event; the thinking's are not the answer's."""
+    slots["llm"].answers["chat"] = answer_with_logprobs
+    r = await client.responses.create(model=MODEL, input="Hi", **ask)
+    chat = chat_request(slots)
+    assert (chat.logprobs, chat.top_logprobs) == (True, ask.get("top_logprobs", 0))
+    text = r.output[-1].content[0]
+    assert [(e.token, e.logprob) for e in text.logprobs] == [("Hi", -0.5), (" there", -0.25)]
+    assert text.logprobs[0].top_logprobs[0].bytes == list(b"Hi") and r.top_logprobs == ask.get("top_logprobs")
+    async with client.responses.stream(model=MODEL, input="Hi", **ask) as stream:
+        events = [e async for e in stream]
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert [[lp.token for lp in e.logprobs] for e in deltas] == [["Hi"], [" there"]]
+    (done,) = [e for e in events if e.type == "response.output_text.done"]
+    assert [lp.token for lp in done.logprobs] == ["Hi", " there"]
+    final = events[-1].response.output[-1].content[0]
+    assert [lp.logprob for lp in final.logprobs] == [-0.5, -0.25]
+
+
+async def test_no_logprobs_unless_asked_for(client, slots):
+    slots["llm"].answers["chat"] = answer_with_logprobs
+    r = await client.responses.create(model=MODEL, input="Hi")
+    assert not chat_request(slots).logprobs and r.output[-1].content[0].logprobs == []
 
 
 async def test_item_inputs_become_chat_messages(client, slots):
@@ -446,7 +490,9 @@ async def test_input_images_go_to_the_vision_model_and_are_a_400_for_a_text_mode
         ),
         ({"model": MODEL, "input": "Hi", "tool_choice": {"type": "file_search"}}, 400, "tool_choice"),
         ({"model": MODEL, "input": "Hi", "background": True}, 400, "background"),
-        ({"model": MODEL, "input": "Hi", "conversation": "conv_1"}, 400, "conversation"),
+        ({"model": MODEL, "input": "Hi", "conversation": "conv_1"}, 404, "conversation"),
+        ({"model": MODEL, "input": "Hi", "conversation": {"id": ""}}, 400, "conversation"),
+        ({"model": MODEL, "input": "Hi", "conversation": "c", "previous_response_id": "r"}, 400, "conversation"),
         ({"model": MODEL, "input": "Hi", "text": {"verbosity": "low"}}, 400, "text.verbosity"),
         ({"model": MODEL, "input": "Hi", "truncation": "middle"}, 400, "truncation"),
         ({"model": MODEL, "input": "Hi", "max_output_tokens": 0}, 400, "max_output_tokens"),

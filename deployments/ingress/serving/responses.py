@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 
 from deployments.ingress.errors import from_exception, validate_body, validation_error
 from deployments.ingress.responses import sse_response
+from deployments.ingress.serving.conversations import ServingConversations
 from deployments.ingress.serving.generation import ChatGeneration, open_chat
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import APIError, invalid_request, renamed
@@ -36,6 +37,7 @@ from deployments.protocol.responses import (
     chat_body,
     finish_status,
     from_turn,
+    item_page,
     new_id,
     normalise_items,
     output_items,
@@ -66,20 +68,26 @@ class ServingResponses:
     async def create(self, body: dict[str, Any], session_header: Optional[str] = None) -> Any:
         request = validate_body(ResponsesRequest, body)
         history, chain = await self._continued(request)
-        conversation = history + normalise_items(request.input_items())
+        added = normalise_items(request.input_items())
+        conversation = history + added
         if request.store:
             self._check_storable(conversation)
         # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
         named = request.prompt_cache_key or request.user or session_header
         generation = await self._open_fitting(request, conversation, session_header, None if named else chain)
         turn = Turn(self, request, new_id("resp"), conversation, chain or generation.affinity, generation.model)
+        turn.added = added
         if request.stream:
             return sse_response(turn.events(generation), end=b"")
         return JSONResponse(await turn.complete(generation))
 
     async def _continued(self, request: ResponsesRequest) -> tuple[list[dict[str, Any]], Optional[str]]:
-        """The stored conversation a request continues (its items, then the response's output),
-        and its chain's routing key."""
+        """The stored conversation a request continues (a previous response's items, then its
+        output; or a conversation's items), and its chain's routing key."""
+        conversation_id = request.conversation_id()
+        if conversation_id is not None:
+            stored = await ServingConversations(self.state).stored(conversation_id, "conversation")
+            return stored["items"], f"conversation:{conversation_id}"
         if request.previous_response_id is None:
             return [], None
         record = await self.records.get(RESPONSES, request.previous_response_id)
@@ -145,6 +153,15 @@ class ServingResponses:
         except Exception as e:
             logger.warning("Response %s not stored: %s", response["id"], from_exception(e).message)
 
+    async def append_turn(self, conversation_id: str, items: list[dict[str, Any]]) -> None:
+        """A finished response's input and output after the conversation's items. The answer
+        stands if that fails (the conversation was deleted meanwhile, or is full): logged, and
+        the next request that names it is told."""
+        try:
+            await ServingConversations(self.state).append(conversation_id, items)
+        except Exception as e:
+            logger.warning("Conversation %s: this turn was not added: %s", conversation_id, from_exception(e).message)
+
     # ------------------------------------------------------------------ stored responses
 
     async def stored(self, response_id: str) -> dict[str, Any]:
@@ -163,21 +180,7 @@ class ServingResponses:
 
     async def input_items(self, response_id: str, after: Optional[str], limit: int, order: str) -> dict[str, Any]:
         items = (await self.stored(response_id))["input"]
-        if order == "desc":
-            items = items[::-1]
-        if after is not None:
-            ids = [item.get("id") for item in items]
-            if after not in ids:
-                raise invalid_request(f"after: no input item '{after}' in response '{response_id}'", "after")
-            items = items[ids.index(after) + 1 :]
-        page = items[:limit]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(items) > limit,
-        }
+        return item_page(items, after, limit, order, f"response '{response_id}'")
 
 
 class Turn:
@@ -192,18 +195,31 @@ class Turn:
         self.chain = chain
         self.model = model
         self.created_at = int(time.time())
+        self.added: list[dict[str, Any]] = []  # this request's own input items
 
     def response(self, **fields: Any) -> dict[str, Any]:
         return response_object(self.id, self.created_at, self.model, self.request, **fields)
 
     async def complete(self, generation: ChatGeneration) -> dict[str, Any]:
-        choices, usage = collect_choices([chunk async for chunk in generation.chunks])
+        chunks = [chunk async for chunk in generation.chunks]
+        choices, usage = collect_choices(chunks)
         total = choices.get(0, GenerationChunk())
         status, incomplete = finish_status(total.finish_reason)
-        response = self.response(status=status, output=output_items(total), usage=usage, incomplete_details=incomplete)
+        # The answer's tokens only: thinking and tool-call chunks carry theirs too.
+        logprobs = [e for c in chunks if c.content for e in c.logprobs or ()] if self.request.wants_logprobs() else None
+        output = output_items(total, logprobs)
+        response = self.response(status=status, output=output, usage=usage, incomplete_details=incomplete)
+        await self.keep(response)
+        return response
+
+    async def keep(self, response: dict[str, Any]) -> None:
+        """A finished response stored (when asked), and its input and output appended to the
+        conversation it answers."""
         if self.request.store:
             await self.serving.store(response, self.conversation, self.chain)
-        return response
+        conversation_id = self.request.conversation_id()
+        if conversation_id is not None:
+            await self.serving.append_turn(conversation_id, self.added + response["output"])
 
     async def events(self, generation: ChatGeneration) -> AsyncIterator[bytes]:
         stream = ResponseEvents(self.response())
@@ -220,7 +236,6 @@ class Turn:
                 yield sse_event(event)
             return
         last = stream.finish(finish_reason, usage)
-        if self.request.store:  # before the final event: a client may retrieve it right after
-            await self.serving.store(stream.response, self.conversation, self.chain)
+        await self.keep(stream.response)  # before the final event: a client may read it right after
         for event in last:
             yield sse_event(event)
