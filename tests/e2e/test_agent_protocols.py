@@ -1,6 +1,6 @@
 """The agent protocols on the real graph (the shipped config, the default SmolLM2 at temperature
 0), each with its own client: the openai SDK's Responses API (create, previous_response_id, a
-conversation, a function tool round trip, the event stream, retrieve and delete, a stored response outliving
+conversation, background responses, a function tool round trip, the event stream, retrieve and delete, a stored response outliving
 the ingress replica), the OpenAI Agents SDK's Runner, and the anthropic SDK's Messages API. The
 SDKs parse every response and event with their own types. Few requests, few tokens."""
 
@@ -76,6 +76,21 @@ def test_a_conversation_holds_the_turns_of_its_responses(client):
     client.conversations.delete(conv.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.create(input="Again", conversation=conv.id, max_output_tokens=4, **GREEDY)
+
+
+def test_a_background_response_is_polled_and_another_cancelled(client):
+    """`background: true` on the shipped graph: answered at once in progress, polled to its
+    end; a long one cancelled stays cancelled (its runner stopped; nothing overwrote it)."""
+    import time
+
+    r = client.responses.create(input="Say hello.", max_output_tokens=8, background=True, **GREEDY)
+    assert r.status in ("queued", "in_progress") and r.background
+    done = wait_for(lambda: (x := client.responses.retrieve(r.id)).status not in ("queued", "in_progress") and x, 60)
+    assert done.status in ("completed", "incomplete") and done.output_text and done.usage.output_tokens >= 1, done
+    long = client.responses.create(input="Tell me a long story.", max_output_tokens=2000, background=True, **GREEDY)
+    assert client.responses.cancel(long.id).status == "cancelled"
+    time.sleep(3)  # longer than a heartbeat: a runner still going would have written its progress
+    assert client.responses.retrieve(long.id).status == "cancelled"
 
 
 def test_a_function_tool_round_trip(client):

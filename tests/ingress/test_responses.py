@@ -489,7 +489,6 @@ async def test_input_images_go_to_the_vision_model_and_are_a_400_for_a_text_mode
             "tool_choice",
         ),
         ({"model": MODEL, "input": "Hi", "tool_choice": {"type": "file_search"}}, 400, "tool_choice"),
-        ({"model": MODEL, "input": "Hi", "background": True}, 400, "background"),
         ({"model": MODEL, "input": "Hi", "conversation": "conv_1"}, 404, "conversation"),
         ({"model": MODEL, "input": "Hi", "conversation": {"id": ""}}, 400, "conversation"),
         ({"model": MODEL, "input": "Hi", "conversation": "c", "previous_response_id": "r"}, 400, "conversation"),

@@ -1,5 +1,6 @@
 """OpenAI's Responses API: POST /v1/responses (JSON or SSE events), and the stored responses:
-GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items. Served by translation
+GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items, and POST
+/v1/responses/{id}/cancel for a background one. Served by translation
 onto chat completions (ingress/serving/responses.py)."""
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ async def retrieve_response(
     if stream:
         raise invalid_request("stream: replaying a stored response's events is not served here", "stream")
     return await ServingResponses(state).retrieve(response_id)
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, state: IngressState = Depends(ingress_state)):
+    return await ServingResponses(state).cancel(response_id)
 
 
 @router.delete("/v1/responses/{response_id}")

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 
 from deployments.ingress.errors import from_exception, validate_body, validation_error
 from deployments.ingress.responses import sse_response
+from deployments.ingress.serving import background
 from deployments.ingress.serving.conversations import ServingConversations
 from deployments.ingress.serving.generation import ChatGeneration, open_chat
 from deployments.ingress.state import IngressState
@@ -41,6 +42,7 @@ from deployments.protocol.responses import (
     new_id,
     normalise_items,
     output_items,
+    response_not_found,
     response_object,
     user_turns,
 )
@@ -50,12 +52,6 @@ from deployments.records import DEFAULT_LIMITS, RESPONSES, RecordTooLarge
 logger = logging.getLogger("ray.serve")
 
 MAX_LISTED_ITEMS = 100
-
-
-def response_not_found(response_id: str, param: Optional[str] = None) -> APIError:
-    code = "previous_response_not_found" if param == "previous_response_id" else "response_not_found"
-    what = "Previous response" if param == "previous_response_id" else "Response"
-    return APIError(404, f"{what} with id '{response_id}' not found.", "invalid_request_error", param, code)
 
 
 class ServingResponses:
@@ -77,6 +73,8 @@ class ServingResponses:
         generation = await self._open_fitting(request, conversation, session_header, None if named else chain)
         turn = Turn(self, request, new_id("resp"), conversation, chain or generation.affinity, generation.model)
         turn.added = added
+        if request.background:
+            return JSONResponse(await turn.in_background(generation))
         if request.stream:
             return sse_response(turn.events(generation), end=b"")
         return JSONResponse(await turn.complete(generation))
@@ -94,6 +92,11 @@ class ServingResponses:
         if record is None:
             raise response_not_found(request.previous_response_id, "previous_response_id")
         stored = record.value
+        if stored["response"]["status"] in ("queued", "in_progress"):
+            raise invalid_request(
+                f"previous_response_id: response '{request.previous_response_id}' is still in progress",
+                "previous_response_id",
+            )
         return stored["input"] + stored["response"]["output"], stored.get("chain")
 
     @staticmethod
@@ -171,7 +174,10 @@ class ServingResponses:
         return record.value
 
     async def retrieve(self, response_id: str) -> dict[str, Any]:
-        return (await self.stored(response_id))["response"]
+        return (await background.settled(self.records, response_id, await self.stored(response_id)))["response"]
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        return await background.cancel(self.records, response_id)
 
     async def delete(self, response_id: str) -> ResponseDeleted:
         if not await self.records.delete(RESPONSES, response_id):
@@ -217,9 +223,23 @@ class Turn:
         conversation it answers."""
         if self.request.store:
             await self.serving.store(response, self.conversation, self.chain)
+        await self.append(response)
+
+    async def append(self, response: dict[str, Any]) -> None:
         conversation_id = self.request.conversation_id()
-        if conversation_id is not None:
+        if conversation_id is not None and response["status"] in ("completed", "incomplete"):
             await self.serving.append_turn(conversation_id, self.added + response["output"])
+
+    async def in_background(self, generation: ChatGeneration) -> dict[str, Any]:
+        """The response stored in progress and answered now; a task generates the rest
+        (deployments/ingress/serving/background.py)."""
+        response = self.response()
+        run = background.BackgroundRun(self.serving.records, response, self.append)
+        await self.serving.records.put(
+            RESPONSES, self.id, run.record(response, self.conversation, self.chain), expected_version=0
+        )
+        run.start(generation.chunks)
+        return response
 
     async def events(self, generation: ChatGeneration) -> AsyncIterator[bytes]:
         stream = ResponseEvents(self.response())
