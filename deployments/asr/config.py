@@ -42,6 +42,9 @@ MODE_ALIASES = {
 }
 DEFAULT_MODE = "conversational"
 
+# OpenAI's model names, which its SDK's users write (`model` is required there) and OminiX-API
+# serves with whatever is loaded: here they name the slot's default.
+OPENAI_NAMES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 # OminiX-API's ASR families (and MiniInfer's) -> a pattern their model ids match. The two with a
 # route of their own (/v1/audio/asr/qwen3, /v1/audio/asr/paraformer) need a model of the family.
 FAMILIES = {
@@ -73,8 +76,11 @@ def effective_batching(mode: str, max_batch: Optional[int]) -> BatchingMode:
 class ASRSlotConfig(SlotModelsConfig):
     families: ClassVar[dict[str, str]] = FAMILIES
     aliases: dict[str, str] = Field(
-        default_factory=lambda: dict.fromkeys(FAMILIES, SLOT_DEFAULT),
-        description="Other names requests may use as `model` (OminiX-API's paraformer, qwen3-asr, sensevoice) -> an allowed id or `default`",
+        default_factory=lambda: dict.fromkeys((*FAMILIES, *OPENAI_NAMES), SLOT_DEFAULT),
+        description=(
+            "Other names requests may use as `model` (OminiX-API's paraformer, qwen3-asr, sensevoice; OpenAI's "
+            "whisper-1, gpt-4o-transcribe, gpt-4o-mini-transcribe) -> an allowed id or `default`"
+        ),
     )
     default_model: str = Field(
         WHISPER_TINY_EN_ID, description="Served when a request names no model; loaded at start-up"

@@ -5,11 +5,19 @@ from __future__ import annotations
 from pydantic import Field
 
 from deployments.embeddings.minilm import MINILM_ID
-from deployments.slot_types import SlotModelsConfig
+from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
+
+# OpenAI's model names: the slot's default here (its vectors keep the default model's size:
+# 384 for all-MiniLM-L6-v2, not OpenAI's 1536 or 3072).
+OPENAI_NAMES = ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
 
 
 class EmbeddingsSlotConfig(SlotModelsConfig):
     default_model: str = Field(MINILM_ID, description="Served when a request names no model; loaded at start-up")
+    aliases: dict[str, str] = Field(
+        default_factory=lambda: dict.fromkeys(OPENAI_NAMES, SLOT_DEFAULT),
+        description="Other names requests may use as `model` (OpenAI's text-embedding-3-small, ...) -> an allowed id or `default`",
+    )
     max_batch_size: int = Field(
         32, ge=1, description="Requests whose inputs share one forward pass (@serve.batch); 1: one at a time"
     )

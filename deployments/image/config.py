@@ -13,6 +13,10 @@ from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 DEFAULT_ALIASES = {
     "flux": "black-forest-labs/FLUX.2-klein-4B",
     "zimage": "Tongyi-MAI/Z-Image-Turbo",
+    # OpenAI's model names: the slot's default.
+    "dall-e-2": SLOT_DEFAULT,
+    "dall-e-3": SLOT_DEFAULT,
+    "gpt-image-1": SLOT_DEFAULT,
 }
 
 

@@ -12,6 +12,8 @@ from deployments.tts.tiny_model import TINY_TTS_ID
 
 # OminiX-API's TTS families -> a pattern their model ids match; /v1/audio/tts/qwen3, /tts/clone
 # and /tts/sovits need a model of theirs (a `model` alias only names the slot).
+# OpenAI's model names (its SDK requires one): the slot's default here, as in OminiX-API.
+OPENAI_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 FAMILIES = {"qwen3-tts": r"qwen3[-_]?tts", "gpt-sovits": r"sovits"}
 
 
@@ -19,8 +21,11 @@ class TTSSlotConfig(SlotModelsConfig):
     families: ClassVar[dict[str, str]] = FAMILIES
     default_model: str = Field(TINY_TTS_ID, description="Served when a request names no model; loaded at start-up")
     aliases: dict[str, str] = Field(
-        default_factory=lambda: dict.fromkeys(FAMILIES, SLOT_DEFAULT),
-        description="Other names requests may use as `model` (OminiX-API's gpt-sovits, qwen3-tts) -> an allowed id or `default`",
+        default_factory=lambda: dict.fromkeys((*FAMILIES, *OPENAI_NAMES), SLOT_DEFAULT),
+        description=(
+            "Other names requests may use as `model` (OminiX-API's gpt-sovits, qwen3-tts; OpenAI's tts-1, "
+            "tts-1-hd, gpt-4o-mini-tts) -> an allowed id or `default`"
+        ),
     )
     max_input_chars: int = Field(4096, ge=1, description="Longer `input` (or WebSocket text) is a 400")
     streaming_interval_s: float = Field(

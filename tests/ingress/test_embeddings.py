@@ -52,6 +52,6 @@ async def test_bad_input_is_a_400_naming_the_field_and_no_slot_sees_it(http, slo
 
 
 async def test_an_unknown_model_is_a_404_before_the_slot(http, slots):
-    r = await http.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"})
+    r = await http.post("/v1/embeddings", json={"input": "x", "model": "no-such-embedding-model"})
     assert_openai_error(r, 404, param="model", code="model_not_found")
     assert not slots["embeddings"].calls

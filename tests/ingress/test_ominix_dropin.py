@@ -49,6 +49,31 @@ async def test_tts_family_names(http, slots, name):
     assert slots["tts"].calls[0][2] is None
 
 
+@pytest.mark.parametrize(
+    "path, body, slot",
+    [
+        ("/v1/audio/transcriptions", {"file": base64.b64encode(b"RIFF....").decode(), "model": "whisper-1"}, "asr"),
+        (
+            "/v1/audio/transcriptions",
+            {"file": base64.b64encode(b"RIFF").decode(), "model": "gpt-4o-mini-transcribe"},
+            "asr",
+        ),
+        ("/v1/audio/speech", {"input": "Hi.", "model": "tts-1"}, "tts"),
+        ("/v1/audio/speech", {"input": "Hi.", "model": "gpt-4o-mini-tts", "voice": "alloy"}, "tts"),
+        ("/v1/images/generations", {"prompt": "a cat", "model": "dall-e-3"}, "image"),
+        ("/v1/embeddings", {"input": "x", "model": "text-embedding-3-small"}, "embeddings"),
+    ],
+)
+async def test_openais_model_names_reach_the_slot_default(http, slots, path, body, slot):
+    """What the openai SDK's users write (`model` is required there): OpenAI's names for
+    speech, transcription, images and embeddings name the slot's default, as OminiX-API serves
+    them with whatever is loaded."""
+    slots["image"].answers["generate"] = _one_image
+    r = await http.post(path, json=body)
+    assert r.status_code == 200, r.text
+    assert slots[slot].calls[0][2] is None  # the slot's default, chosen by the replica
+
+
 async def test_image_aliases_name_their_model_when_allowed_else_the_default():
     slots = default_slots()
     async with _client(slots, image={"models": ["black-forest-labs/FLUX.2-klein-4B"]}) as http:
@@ -84,6 +109,7 @@ async def test_models_list_names_every_alias_and_its_model(http):
     assert cards["gpt-sovits"]["alias_of"] == "ominix-kokoro-82m"  # the slot default
     assert cards["flux"]["alias_of"] == "ominix-tiny-flux2-klein"  # FLUX.2-klein-4B is not allowed here
     assert cards["ominix-tiny-qwen3"]["alias_of"] is None
+    assert cards["whisper-1"]["alias_of"] == "whisper-tiny.en" and cards["tts-1"]["alias_of"] == "ominix-kokoro-82m"
     assert (await http.get("/v1/models/qwen3")).json()["alias_of"] == "ominix-smollm2-135m-instruct"
 
 
