@@ -49,6 +49,7 @@ from deployments.asr.streaming import (
     pcm16_samples,
     session_lost,
     session_not_found,
+    sounds_complete,
 )
 from deployments.audio.resample import resample
 from deployments.diarization.spans import Span
@@ -123,7 +124,7 @@ class SessionHost:
         self.vad = vad or SileroStream()
         self.table = SessionTable(max_sessions, idle_timeout_s, lambda token: replica_key(replica_id, token))
         self._live: dict[str, LiveSession] = {}
-        self.stats = {"created": 0, "finished": 0, "reclaimed": 0, "partials": 0, "finals": 0}
+        self.stats = {"created": 0, "finished": 0, "reclaimed": 0, "partials": 0, "finals": 0, "end_checks": 0}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -200,17 +201,24 @@ class SessionHost:
                 result = session.feed(samples, probs)
                 events["speech_started"] = [round(x / RATE, 3) for x in result.speech_started]
                 events["speech_stopped"] = [round(x / RATE, 3) for x in result.speech_stopped]
-                cuts, partial_due = result.cuts, result.partial_due
+                cuts, partial_due, check = result.cuts, result.partial_due, result.end_check
             else:
-                cuts, partial_due = [], False
+                cuts, partial_due, check = [], False, False
             if finish:
                 cut = session.commit()
                 cuts = cuts + ([cut] if cut is not None else [])
                 partial_due = False
+            heard = {}  # cut -> its transcript, decoded already by a semantic check
+            if check and not finish:
+                ended = await self._end_if_complete(live)
+                if ended is not None:
+                    cut, stopped, heard[id(cut)] = ended
+                    events["speech_stopped"].append(round(stopped / RATE, 3))
+                    cuts, partial_due = cuts + [cut], False
             if cuts:
                 live.end_utterance()
             for cut in cuts:
-                events["finalised"].append(await self._finalise(live, cut))
+                events["finalised"].append(await self._finalise(live, cut, heard.get(id(cut))))
             if partial_due:
                 self._start_partial(live)
             answer = {**session.state(utterance_final=bool(cuts), final=finish), **events}
@@ -235,8 +243,20 @@ class SessionHost:
             live.session.clear()
             return live.session.state()
 
-    async def _finalise(self, live: LiveSession, cut: Cut) -> dict:
-        transcript = await self._transcribe(live, cut.audio)
+    async def _end_if_complete(self, live: LiveSession):
+        """A semantic pause (Realtime's semantic_vad): the open utterance decoded as it stands,
+        and ended if its words sound finished; (cut, where speech stopped, transcript) then,
+        else None (the utterance goes on until more speech or the longest pause)."""
+        transcript = await self._transcribe(live, live.session.buffer.copy())
+        self.stats["end_checks"] += 1
+        if not sounds_complete(transcript.text):
+            return None
+        cut, stopped = live.session.end_turn()
+        return cut, stopped, transcript
+
+    async def _finalise(self, live: LiveSession, cut: Cut, transcript=None) -> dict:
+        """The cut utterance decoded (unless `transcript` is its decode already) and kept."""
+        transcript = transcript or await self._transcribe(live, cut.audio)
         text = transcript.text.strip()
         session = live.session
         if session.speakers is not None and text:  # an empty text is noise: no voice to learn

@@ -6,7 +6,10 @@ voice activity detector (Silero, run by the ASR replica) gives one speech probab
 32 ms window of the stream, and this module turns them into decisions:
 
 - a pause of `pause_s` after speech ends the utterance (it is decoded whole, as a file would be,
-  and becomes a segment of the session's text);
+  and becomes a segment of the session's text); with `max_pause_s` set (the Realtime API's
+  semantic_vad), that pause only asks whether the words so far sound finished (the replica
+  decodes them: `sounds_complete`), and ends the utterance if they do; otherwise a pause of
+  `max_pause_s` ends it;
 - an utterance reaching `max_utterance_s` is cut there (Whisper sees at most 30 s);
 - while speech goes on, a partial hypothesis is due once `partial_every_s` of new audio came;
 - before any speech only `preroll_s` of audio is kept, so silence costs nothing.
@@ -47,11 +50,33 @@ class StreamConfig:
     preroll_s: float = 0.3
     threshold: float = 0.5
     auto_finalize: bool = True  # False: utterances end only on commit() (Realtime, manual turns)
+    # Semantic end of turn: a pause of pause_s ends the utterance only if its words sound
+    # finished; this long a pause ends it anyway. None: a pause of pause_s ends it.
+    max_pause_s: Optional[float] = None
 
     @property
     def neg_threshold(self) -> float:
         """Speech ends below this (silero-vad's hysteresis)."""
         return max(self.threshold - 0.15, 0.01)
+
+
+# Words an unfinished sentence ends on: a conjunction, an article, a preposition, a filler.
+TRAILING_WORDS = frozenset(
+    "and or but so because if when while then the a an to of in on at for with from my your um uh er hmm like".split()
+)
+
+
+def sounds_complete(text: str) -> bool:
+    """Whether an utterance's transcript sounds like a finished turn: it ends a sentence (Whisper
+    punctuates one it hears as finished) and not on a word a sentence goes on from; silence or
+    noise (no words) counts as finished, so it is not held."""
+    text = text.strip()
+    if not text:
+        return True
+    if text.endswith(("...", "…", ",", "-", "—", ";", ":")) or text[-1] not in ".?!":
+        return False
+    last = text.rstrip(".?!").split()
+    return not last or last[-1].lower().strip("\"'") not in TRAILING_WORDS
 
 
 def pcm16_samples(body: bytes, max_bytes: int) -> np.ndarray:
@@ -106,6 +131,8 @@ class FeedResult:
     partial_due: bool = False
     speech_started: list[int] = field(default_factory=list)  # stream sample offsets
     speech_stopped: list[int] = field(default_factory=list)
+    # A semantic pause: do the words so far sound finished? (end_turn() if they do)
+    end_check: bool = False
 
 
 class StreamSession:
@@ -131,6 +158,7 @@ class StreamSession:
         self.buffer = np.zeros(0, np.float32)
         self.speech = False  # the buffer holds speech (an utterance is open)
         self._silence_run = 0  # samples of non-speech since the last speech window
+        self._asked = False  # this pause's end check was asked for (semantic turns)
         self._vad_pos = 0  # stream samples the probabilities have covered
         self._since_partial = 0
         self.partial = ""
@@ -159,12 +187,16 @@ class StreamSession:
                 if not self.speech:
                     self.speech = True
                     result.speech_started.append(max(self.start, self._vad_pos - VAD_WINDOW))
-                self._silence_run = 0
+                self._silence_run, self._asked = 0, False
             elif p < cfg.neg_threshold and self.speech:
                 self._silence_run += VAD_WINDOW
-                if cfg.auto_finalize and self._silence_run >= cfg.pause_s * RATE:
+                ends = cfg.pause_s if cfg.max_pause_s is None else cfg.max_pause_s
+                if cfg.auto_finalize and self._silence_run >= ends * RATE:
                     result.speech_stopped.append(self._vad_pos - self._silence_run)
                     result.cuts.append(self._cut(min(self._vad_pos, self.received)))
+        if cfg.max_pause_s is not None and cfg.auto_finalize and self.speech and not self._asked:
+            if self._silence_run >= cfg.pause_s * RATE:
+                result.end_check, self._asked = True, True
         self._trim_silence()
         max_len = int(cfg.max_utterance_s * RATE)
         while len(self.buffer) >= max_len:
@@ -178,6 +210,12 @@ class StreamSession:
         if len(self.buffer) == 0 or (self.config.auto_finalize and not self.speech):
             return None
         return self._cut(self.received)
+
+    def end_turn(self) -> tuple[Cut, int]:
+        """End the utterance at a semantic pause whose words sound finished: its cut, and where
+        its speech stopped (stream samples)."""
+        stopped = self._vad_pos - self._silence_run
+        return self._cut(self.received), stopped
 
     def clear(self) -> None:
         """Drop the buffered audio (Realtime input_audio_buffer.clear)."""
@@ -193,7 +231,7 @@ class StreamSession:
         self._since_partial = len(self.buffer)
         self.partial = ""
         if not forced:  # a forced cut lands mid-speech: the next utterance goes on speaking
-            self.speech, self._silence_run = False, 0
+            self.speech, self._silence_run, self._asked = False, 0, False
         return cut
 
     def _trim_silence(self) -> None:

@@ -96,25 +96,46 @@ def unset(fields: dict, key: str, name: str, why: str, served: tuple = (None,)) 
         raise RealtimeError(f"`{name}.{key}` is not served: {why}", f"{name}.{key}", "unsupported_parameter")
 
 
+SEMANTIC_FIELDS = ("type", "eagerness", "create_response", "interrupt_response")
+# semantic_vad's eagerness -> (the pause that asks whether the words are finished, the pause that
+# ends the turn anyway); OpenAI's longest waits: low 8 s, medium 4 s, high 2 s; auto is medium.
+EAGERNESS = {"low": (0.8, 8.0), "medium": (0.5, 4.0), "high": (0.3, 2.0), "auto": (0.5, 4.0)}
+
+
 @dataclass(frozen=True)
 class TurnDetection:
-    """server_vad's settings (OpenAI's defaults)."""
+    """server_vad's settings (OpenAI's defaults), or semantic_vad's (`eagerness` set): a pause
+    ends the turn when the words heard sound finished (deployments/asr/streaming.py,
+    `sounds_complete`), else the longest pause of that eagerness does."""
 
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
     create_response: bool = True  # a conversation answers each utterance VAD ends
     interrupt_response: bool = True  # and speech starting stops the answer playing
+    eagerness: Optional[str] = None  # semantic_vad's; None: server_vad
 
     def stream_overrides(self) -> dict:
         """The ASR session's StreamConfig fields these set."""
+        pause_s, max_pause_s = self.silence_duration_ms / 1000, None
+        if self.eagerness is not None:
+            pause_s, max_pause_s = EAGERNESS[self.eagerness]
         return {
             "threshold": self.threshold,
             "preroll_s": self.prefix_padding_ms / 1000,
-            "pause_s": self.silence_duration_ms / 1000,
+            "pause_s": pause_s,
+            "max_pause_s": max_pause_s,
             "auto_finalize": True,
             **NO_PARTIALS,
         }
+
+    def shown(self) -> dict:
+        """As session.created / session.updated show it."""
+        if self.eagerness is not None:
+            flags = {"create_response": self.create_response, "interrupt_response": self.interrupt_response}
+            return {"type": "semantic_vad", "eagerness": self.eagerness, **flags}
+        fields = {k: v for k, v in self.__dict__.items() if k != "eagerness"}
+        return {"type": "server_vad", **fields}
 
 
 @dataclass(frozen=True)
@@ -137,7 +158,7 @@ class TranscriptionSession:
         """The `session` object of session.created / session.updated."""
         turn = None
         if self.turn_detection is not None:
-            turn = {"type": "server_vad", **self.turn_detection.__dict__}
+            turn = self.turn_detection.shown()
         return {
             "type": "transcription",
             "id": session_id,
@@ -192,8 +213,12 @@ def _turn_detection(value: Any) -> Optional[TurnDetection]:
     param = "session.audio.input.turn_detection"
     if value is None:
         return None
+    if isinstance(value, dict) and value.get("type") == "semantic_vad":
+        return _semantic_vad(value, param)
     if not isinstance(value, dict) or value.get("type") != "server_vad":
-        raise RealtimeError("turn_detection must be null (manual commits) or {type: server_vad, ...}", param)
+        raise RealtimeError(
+            "turn_detection must be null (manual commits), {type: server_vad, ...} or {type: semantic_vad, ...}", param
+        )
     known_fields(value, (*TURN_FIELDS, "idle_timeout_ms"), param)
     unset(value, "idle_timeout_ms", param, "the server does not prompt a silent user")
     t = TurnDetection()
@@ -212,6 +237,18 @@ def _turn_detection(value: Any) -> Optional[TurnDetection]:
         if not isinstance(v, bool):
             raise RealtimeError(f"{name} must be a boolean", f"{param}.{name}")
     return TurnDetection(float(threshold), padding, silence, **flags)
+
+
+def _semantic_vad(value: dict, param: str) -> TurnDetection:
+    known_fields(value, SEMANTIC_FIELDS, param)
+    eagerness = value.get("eagerness", "auto")
+    if eagerness not in EAGERNESS:
+        raise RealtimeError("eagerness must be one of low, medium, high, auto", f"{param}.eagerness")
+    flags = {k: value.get(k, True) for k in ("create_response", "interrupt_response")}
+    for name, v in flags.items():
+        if not isinstance(v, bool):
+            raise RealtimeError(f"{name} must be a boolean", f"{param}.{name}")
+    return TurnDetection(eagerness=eagerness, **flags)
 
 
 def new_id(prefix: str) -> str:

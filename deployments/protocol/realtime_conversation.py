@@ -11,6 +11,7 @@ the same code. Ray-free and MLX-free; the WebSocket is deployments/ingress/servi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Optional, Union
 
@@ -50,6 +51,17 @@ RESPONSE_FIELDS = (
     "tools",
 )
 NO_STORED_PROMPTS = "stored prompts are not kept here: send `instructions`"
+
+
+# OpenAI's speech-to-speech model names (gpt-realtime, gpt-realtime-2.1, gpt-4o-mini-realtime-
+# preview, ...; the Agents SDK's default is one): here a session's pipeline (ASR, the LLM slot's
+# default, TTS) stands for them.
+OPENAI_REALTIME_MODEL = re.compile(r"^gpt-(4o-(mini-)?)?realtime", re.IGNORECASE)
+
+
+def session_llm(model: Optional[str]) -> Optional[str]:
+    """The LLM a session's `model` (or the URL's `?model=`) names; None: the LLM slot's default."""
+    return None if model is None or OPENAI_REALTIME_MODEL.match(model) else model
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,7 @@ class ConversationSession(TranscriptionSession):
         if "model" in session:
             if not isinstance(session["model"], str) or not session["model"]:
                 raise RealtimeError("`session.model` must be a model id", "session.model")
-            new = replace(new, llm=session["model"])
+            new = replace(new, llm=session_llm(session["model"]))
         if "format" in output:
             fmt = audio_format(output["format"], "session.audio.output.format", (OUTPUT_RATE,))
             new = replace(new, output_format=fmt)

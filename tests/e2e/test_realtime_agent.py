@@ -58,8 +58,12 @@ async def converse(server: str, messages: list[dict], timeout_s: float = 120) ->
 
 
 async def test_spoken_words_are_heard_answered_and_spoken_back(server):
-    speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(1.0, RATE)])
-    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 24}}
+    """Speech in, its turn ended by semantic_vad (the Agents SDK's default; the phone call below
+    uses server_vad): 2.2 s of silence after it, enough for the longest pause of `high` should
+    Whisper not punctuate the question as finished."""
+    speech = np.concatenate([silence(0.4, RATE), speak(SPOKEN, RATE), silence(2.2, RATE)])
+    turns = {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}
+    update = {"type": "session.update", "session": {"type": "realtime", "max_output_tokens": 24, "audio": turns}}
     timed = await converse(server, [update, *appends(speech)])
     events = [e for _, e in timed]
     kinds = [e["type"] for e in events]
@@ -232,8 +236,8 @@ async def test_the_openai_sdk_runs_a_function_call_round_trip(aclient):
 
 async def test_an_agents_sdk_realtime_agent_calls_its_tool_and_speaks_the_answer(server):
     """The OpenAI Agents SDK's RealtimeAgent and RealtimeRunner, as a voice-agent app runs
-    them, pointed at the graph: the SDK configures the session (the graph's LLM, ASR model and
-    server VAD named), sends a typed question, runs its own function tool on the call the model
+    them, pointed at the graph: the SDK configures the session with its own defaults (OpenAI's
+    model names, semantic_vad), sends a typed question, runs its own function tool on the call the model
     makes and sends the result back, and plays the spoken answer. The first call is forced
     (`tool_choice` required: SmolLM2-135M does not choose tools reliably); the tool hands the
     choice back to the model, as an app that must have one lookup first does."""
@@ -241,14 +245,10 @@ async def test_an_agents_sdk_realtime_agent_calls_its_tool_and_speaks_the_answer
     from agents.realtime import RealtimeAgent, RealtimeRunner
     from agents.realtime.model_inputs import RealtimeModelSendSessionUpdate
 
-    settings = {
-        "model_name": "ominix-smollm2-135m-instruct",
-        "voice": "alloy",
-        "input_audio_transcription": {"model": "whisper-tiny.en"},
-        "turn_detection": {"type": "server_vad"},
-        "tool_choice": "required",
-        "max_output_tokens": 48,
-    }
+    # The SDK's own defaults for the rest: gpt-realtime-2.1 (the session's pipeline here, the
+    # LLM slot's default answering), gpt-4o-mini-transcribe (an alias of the ASR default) and
+    # semantic_vad.
+    settings = {"voice": "alloy", "tool_choice": "required", "max_output_tokens": 48}
     asked: list[str] = []
     live = {}  # the session, once the runner has opened it
 

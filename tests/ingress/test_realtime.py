@@ -105,8 +105,22 @@ def test_manual_commits_and_clear(app):
             "session.audio.input.format.rate",
         ),
         (
-            {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}},
+            {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": "vad"}}}}},
             "session.audio.input.turn_detection",
+        ),
+        (
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}},
+            },
+            "session.audio.input.turn_detection.eagerness",
+        ),
+        (
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "threshold": 0.5}}}},
+            },
+            "session.audio.input.turn_detection.threshold",
         ),
         (
             {

@@ -313,7 +313,7 @@ def test_a_response_while_one_is_in_progress_is_refused(app, slots):
 
 
 def test_the_llm_is_named_on_the_url(app, slots):
-    with connect(app, URL + "?model=gpt-realtime-nope") as ws:
+    with connect(app, URL + "?model=no-such-llm") as ws:
         error = ws.receive_json()
         assert error["type"] == "error" and error["error"]["param"] == "model"
     with connect(app, URL + "?model=ominix-tiny-qwen3") as ws:
@@ -325,7 +325,7 @@ def test_the_llm_is_named_on_the_url(app, slots):
     assert slots["llm"].calls[-1][2] == "ominix-tiny-qwen3"
     with connect(app) as ws:  # the default LLM, then the one a session.update names
         assert ws.receive_json()["session"]["model"] is None  # the LLM slot's default
-        ws.send_json({"type": "session.update", "session": {"model": "gpt-realtime-nope"}})
+        ws.send_json({"type": "session.update", "session": {"model": "no-such-llm"}})
         error = ws.receive_json()
         assert (error["error"]["param"], error["error"]["code"]) == ("session.model", "model_not_found")
         ws.send_json({"type": "session.update", "session": {"model": "ominix-tiny-qwen3"}})
@@ -595,3 +595,38 @@ def test_a_telephone_call_in_g711_is_heard_and_answered_in_g711(app, slots, kind
         audio_out = [base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta"]
         assert [len(a) for a in audio_out] == [int(0.1 * 8000)] * 3  # the fake's 0.1 s per sentence, 8-bit at 8 kHz
         assert events[-1]["response"]["audio"]["output"]["format"] == {"type": kind}
+
+
+def test_semantic_vad_holds_an_unfinished_turn_until_its_longest_pause(app, slots):
+    """semantic_vad (the Agents SDK's default turn detection): a pause after words that do not
+    sound finished (the fake decoder's "utterance of 0.90 s" ends no sentence) does not end the
+    turn; the longest pause of the eagerness (high: 2 s) does, and the turn is answered."""
+    with connect(app) as ws:
+        ws.receive_json()
+        turn = {"type": "semantic_vad", "eagerness": "high"}
+        ws.send_json({"type": "session.update", "session": {"audio": {"input": {"turn_detection": turn}}}})
+        shown = ws.receive_json()["session"]["audio"]["input"]["turn_detection"]
+        assert shown == {**turn, "create_response": True, "interrupt_response": True}
+        append(ws, pcm(0.6, True, rate=RATE))
+        append(ws, pcm(0.5, False, rate=RATE))  # a pause the words do not end: held
+        ws.send_json({"type": "input_audio_buffer.append", "audio": "!!!"})  # a marker: the next event
+        held = until(ws, "error")
+        assert [e["type"] for e in held] == ["input_audio_buffer.speech_started", "error"]
+        append(ws, pcm(1.6, False, rate=RATE))  # 2.1 s of pause in all: the turn ends
+        events = typed(until(ws, "response.done"))
+        kinds = [e["type"] for e in events]
+        assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
+        heard = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+        assert heard["transcript"].startswith("utterance of") and events[-1]["response"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("name", ["gpt-realtime", "gpt-realtime-2.1", "gpt-4o-mini-realtime-preview"])
+def test_openais_realtime_model_names_are_the_sessions_pipeline(app, slots, name):
+    """The Agents SDK names gpt-realtime-2.1 unless told otherwise: OpenAI's speech-to-speech
+    names mean this session's pipeline, answered by the LLM slot's default."""
+    with connect(app, URL + f"?model={name}") as ws:
+        assert ws.receive_json()["session"]["model"] is None
+        ws.send_json({"type": "session.update", "session": {"model": name, "output_modalities": ["text"]}})
+        assert ws.receive_json()["session"]["model"] is None
+        assert ask(ws)[-1]["response"]["status"] == "completed"
+    assert slots["llm"].calls[-1][2] is None  # the LLM slot's default

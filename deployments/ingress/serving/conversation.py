@@ -58,6 +58,7 @@ from deployments.protocol.realtime_conversation import (
     input_message,
     output_audio,
     response_object,
+    session_llm,
     user_item,
 )
 from deployments.protocol.realtime_items import ConversationItems
@@ -69,7 +70,7 @@ async def open_conversation(websocket: WebSocket, state: IngressState, model: Op
     """A conversation with the LLM `model` names (`?model=`; the slot's default when absent),
     or None after an error event and a close when that model is not served."""
     try:
-        llm_model = state.catalog.resolve("llm", model)
+        llm_model = state.catalog.resolve("llm", session_llm(model))
     except Exception as e:
         error = from_exception(e)
         await websocket.send_json(error_event(error.message, "model", error.code or "model_not_found"))

@@ -275,3 +275,79 @@ def test_a_diarized_utterance_is_timed_by_its_words_and_cut_where_the_voice_chan
     assert [(s["text"], s["speaker"]) for s in done["segments"]] == [("Hello?", 0), ("Hi, there.", 1)]
     assert [s["start"] for s in done["segments"]] == pytest.approx([start + 0.1, start + 0.6], abs=0.001)
     assert done["speakers"] == 2 and done["finalised"][0]["speaker"] == 0
+
+
+# ------------------------------------------------------------------ semantic turns (semantic_vad)
+
+
+@pytest.mark.parametrize(
+    "text, complete",
+    [
+        ("What is the weather in Paris?", True),
+        ("Thank you.", True),
+        ("Book a table for two!", True),
+        ("", True),  # noise: not held
+        ("I want to go to the", False),  # no sentence end
+        ("I would like to book a flight to", False),
+        ("Let me think...", False),  # trailing off
+        ("So, um,", False),
+        ("I went there and.", False),  # Whisper's full stop on a dangling conjunction
+        ("Call my", False),
+    ],
+)
+def test_sounds_complete(text, complete):
+    from deployments.asr.streaming import sounds_complete
+
+    assert sounds_complete(text) is complete
+
+
+def test_a_semantic_pause_asks_once_and_the_longest_pause_ends_the_turn():
+    s = StreamSession("sid", None, StreamConfig(pause_s=0.5, max_pause_s=2.0))
+    feed(s, "s" * 20)
+    r = feed(s, "." * 16)  # 0.51 s: the words are to be judged, nothing cut yet
+    assert r.end_check and not r.cuts and s.speech
+    assert not feed(s, "." * 16).end_check  # the same pause is asked about once
+    r = feed(s, "s" * 4 + "." * 16)  # more speech, a new pause: asked again
+    assert r.end_check and not r.cuts
+    r = feed(s, "." * 50)  # 2 s of silence in all: ended whatever the words
+    assert len(r.cuts) == 1 and r.speech_stopped and not r.end_check
+
+
+def test_end_turn_cuts_the_utterance_where_its_words_sounded_finished():
+    s = StreamSession("sid", None, StreamConfig(pause_s=0.5, max_pause_s=2.0))
+    feed(s, "s" * 20)
+    assert feed(s, "." * 16).end_check
+    cut, stopped = s.end_turn()
+    assert stopped == 20 * W and cut.end == 36 * W and not s.speech and s.buffer_s == 0
+
+
+def test_the_host_ends_a_turn_at_a_pause_only_when_its_words_sound_finished():
+    """A semantic session on the host: at the first pause the words so far are decoded ("I want
+    to go to the": unfinished, held); more speech, a pause after "... to the park." ends the
+    turn there, and its decode is the final (not decoded twice)."""
+
+    async def run():
+        words = iter(["I want to go to the", "I want to go to the park."])
+        decoded = []
+
+        async def decode(engine, options, samples):
+            decoded.append(len(samples))
+            return Transcript.join([Segment(0, 0.0, 0.0, next(words))], "en", 0.0)
+
+        async def engine_for(model):
+            return Engine()
+
+        h = SessionHost("r1", decode, engine_for, max_sessions=2, idle_timeout_s=600, max_chunk_s=10, vad=LoudVAD())
+        overrides = {"pause_s": 0.5, "max_pause_s": 4.0, "partial_every_s": 1e9}
+        sid = (await h.create(Engine(), TranscribeOptions(), overrides))["sid"]
+        await h.feed(sid, pcm(1.0, True))
+        held = await h.feed(sid, pcm(0.6, False))
+        assert not held["utterance_final"] and not held["speech_stopped"] and held["text"] == ""
+        await h.feed(sid, pcm(0.5, True))
+        ended = await h.feed(sid, pcm(0.6, False))
+        assert ended["utterance_final"] and ended["text"] == "I want to go to the park."
+        assert ended["speech_stopped"] == [pytest.approx(2.1, abs=0.032)]  # one VAD window
+        return decoded, h.stats
+
+    decoded, stats = asyncio.run(run())
+    assert len(decoded) == 2 and stats["end_checks"] == 2 and stats["finals"] == 1
