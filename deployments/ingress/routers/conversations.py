@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends
 
+from deployments.ingress.routers.responses import ItemPageQuery
 from deployments.ingress.serving.conversations import ServingConversations
-from deployments.ingress.serving.responses import MAX_LISTED_ITEMS
 from deployments.ingress.state import IngressState, ingress_state
 
 router = APIRouter(tags=["conversations"])
@@ -45,13 +45,9 @@ async def delete_conversation(conversation_id: str, state: IngressState = Depend
 
 @router.get("/v1/conversations/{conversation_id}/items")
 async def list_items(
-    conversation_id: str,
-    after: Optional[str] = Query(None, description="An item id: list the items after it"),
-    limit: int = Query(20, ge=1, le=MAX_LISTED_ITEMS),
-    order: Literal["asc", "desc"] = Query("desc"),
-    state: IngressState = Depends(ingress_state),
+    conversation_id: str, page: ItemPageQuery = Depends(), state: IngressState = Depends(ingress_state)
 ):
-    return await ServingConversations(state).list_items(conversation_id, after, limit, order)
+    return await ServingConversations(state).list_items(conversation_id, page.after, page.limit, page.order)
 
 
 @router.post("/v1/conversations/{conversation_id}/items")

@@ -5,6 +5,7 @@ onto chat completions (ingress/serving/responses.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from fastapi import APIRouter, Body, Depends, Header, Query
@@ -56,12 +57,17 @@ async def delete_response(response_id: str, state: IngressState = Depends(ingres
     return json_response(await ServingResponses(state).delete(response_id))
 
 
+@dataclass
+class ItemPageQuery:
+    """The query of a stored item list (input items, a conversation's items), OpenAI's cursor."""
+
+    after: Optional[str] = Query(None, description="An item id: list the items after it")
+    limit: int = Query(20, ge=1, le=MAX_LISTED_ITEMS)
+    order: Literal["asc", "desc"] = Query("desc")
+
+
 @router.get("/v1/responses/{response_id}/input_items")
 async def list_input_items(
-    response_id: str,
-    after: Optional[str] = Query(None, description="An item id: list the items after it"),
-    limit: int = Query(20, ge=1, le=MAX_LISTED_ITEMS),
-    order: Literal["asc", "desc"] = Query("desc"),
-    state: IngressState = Depends(ingress_state),
+    response_id: str, page: ItemPageQuery = Depends(), state: IngressState = Depends(ingress_state)
 ):
-    return await ServingResponses(state).input_items(response_id, after, limit, order)
+    return await ServingResponses(state).input_items(response_id, page.after, page.limit, page.order)
