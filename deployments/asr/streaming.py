@@ -66,6 +66,9 @@ TRAILING_WORDS = frozenset(
 )
 
 
+SENTENCE_ENDS = ".?!。？！"  # Latin and CJK full stops, question and exclamation marks
+
+
 def sounds_complete(text: str) -> bool:
     """Whether an utterance's transcript sounds like a finished turn: it ends a sentence (Whisper
     punctuates one it hears as finished) and not on a word a sentence goes on from; silence or
@@ -73,9 +76,9 @@ def sounds_complete(text: str) -> bool:
     text = text.strip()
     if not text:
         return True
-    if text.endswith(("...", "…", ",", "-", "—", ";", ":")) or text[-1] not in ".?!":
+    if text.endswith(("...", "…", ",", "-", "—", ";", ":")) or text[-1] not in SENTENCE_ENDS:
         return False
-    last = text.rstrip(".?!").split()
+    last = text.rstrip(SENTENCE_ENDS).split()
     return not last or last[-1].lower().strip("\"'") not in TRAILING_WORDS
 
 

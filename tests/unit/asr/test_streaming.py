@@ -293,6 +293,8 @@ def test_a_diarized_utterance_is_timed_by_its_words_and_cut_where_the_voice_chan
         ("So, um,", False),
         ("I went there and.", False),  # Whisper's full stop on a dangling conjunction
         ("Call my", False),
+        ("今天天气怎么样？", True),  # a multilingual model's CJK question mark
+        ("我想去", False),
     ],
 )
 def test_sounds_complete(text, complete):
