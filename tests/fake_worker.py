@@ -67,6 +67,9 @@ class FakeWorker(LoopbackServer):
         self.generate_status: Optional[int] = None
         self.slow_s = 3.0
         self.generate_requests: list[dict[str, Any]] = []
+        # Generate requests answered with an injected status or behaviour: the proxy aborts
+        # each (it aborts all but a stream whose [DONE] it consumed cleanly).
+        self.unclean: list[str] = []
         self.aborts: list[dict[str, Any]] = []
         self.unauthorized = 0
         self.streams_closed_early = 0
@@ -129,6 +132,8 @@ class FakeWorker(LoopbackServer):
             return self._error(401, "missing or invalid bearer token")
         body = await request.json()
         self.generate_requests.append(body)
+        if self.generate_status is not None or self.behaviour != "ok":
+            self.unclean.append(body.get("request_id", ""))
         if self.generate_status is not None:
             return self._error(self.generate_status, f"injected status {self.generate_status}")
         behaviour = self.behaviour
