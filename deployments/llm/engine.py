@@ -522,7 +522,7 @@ class LLMEngine(EngineThread[_Request]):
         # A grammar's end is an end-of-sequence token: it ends the answer even under ignore_eos.
         eos = [] if seq.params.ignore_eos and not seq.mask else [(t,) for t in tok.eos_token_ids]
         if seq.mask:
-            # Last, so that the logprobs (read after every processor) are the masked ones.
+            # After the others, so that the logprobs (read after every processor) are the masked ones.
             processors.append(_mask_processor(seq.mask))
         if seq.params.min_tokens and eos:
             processors.append(_min_tokens_processor(seq.params.min_tokens, tok.eos_token_ids))

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 from deployments.ingress.errors import from_exception
-from deployments.ingress.serving.records import retry_on_conflict
+from deployments.ingress.serving.records import edit_record
 from deployments.protocol.errors import APIError
 from deployments.protocol.responses import ResponseEvents, failure_code, response_not_found
 from deployments.records import RESPONSES
@@ -48,21 +48,8 @@ def finished(value: dict[str, Any]) -> bool:
 
 
 async def edit(records: Any, response_id: str, change: Callable[[dict[str, Any]], Optional[dict]]) -> dict:
-    """The stored response's record changed by `change` (which returns the new value, or None
-    to leave it as it is) and written at the version read, read again when another writer came
-    first; the record's value as it stands after."""
-
-    async def attempt() -> dict[str, Any]:
-        record = await records.get(RESPONSES, response_id)
-        if record is None:
-            raise response_not_found(response_id)
-        value = change(record.value)
-        if value is None:
-            return record.value
-        await records.put(RESPONSES, response_id, value, expected_version=record.version)
-        return value
-
-    return await retry_on_conflict(attempt)
+    """The stored response's record changed by `change` (None: left as it is), at its version."""
+    return await edit_record(records, RESPONSES, response_id, change, lambda: response_not_found(response_id))
 
 
 class BackgroundRun:

@@ -7,10 +7,11 @@ got in between, so items appended at once by two requests are both kept.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Optional
 
 from deployments.ingress.errors import validate_body
-from deployments.ingress.serving.records import retry_on_conflict
+from deployments.ingress.serving.records import edit_record
 from deployments.ingress.state import IngressState
 from deployments.protocol.conversations import (
     ConversationCreateRequest,
@@ -105,16 +106,12 @@ class ServingConversations:
         """The conversation edited in place and written back over the version read (read again
         and edited again when another writer came first); the record as written."""
 
-        async def attempt() -> dict[str, Any]:
-            record = await self.records.get(CONVERSATIONS, conversation_id)
-            if record is None:
-                raise conversation_not_found(conversation_id, param)
-            value = record.value
+        def edited(value: dict[str, Any]) -> dict[str, Any]:
             edit(value)
-            await self.records.put(CONVERSATIONS, conversation_id, value, expected_version=record.version)
             return value
 
+        missing = partial(conversation_not_found, conversation_id, param)
         try:
-            return await retry_on_conflict(attempt)
+            return await edit_record(self.records, CONVERSATIONS, conversation_id, edited, missing)
         except RecordTooLarge as e:
             raise too_large(conversation_id, e) from None

@@ -8,6 +8,7 @@ training) never asks which one it has.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -85,6 +86,30 @@ class ControlRecords:
 
     async def delete(self, namespace: str, key: str) -> bool:
         return await self.control.call("record_delete", namespace, key)
+
+
+async def edit_record(
+    records: Records,
+    namespace: str,
+    key: str,
+    change: Callable[[dict[str, Any]], Optional[dict[str, Any]]],
+    missing: Callable[[], APIError],
+) -> dict[str, Any]:
+    """The record's value changed by `change` (which returns the new value, or None to leave it
+    as it is) and written at the version read, read again when another writer came first; the
+    value as it stands after. `missing()`: the error when there is no record."""
+
+    async def attempt() -> dict[str, Any]:
+        record = await records.get(namespace, key)
+        if record is None:
+            raise missing()
+        value = change(record.value)
+        if value is None:
+            return record.value
+        await records.put(namespace, key, value, expected_version=record.version)
+        return value
+
+    return await retry_on_conflict(attempt)
 
 
 async def retry_on_conflict(attempt, tries: int = 5):

@@ -71,8 +71,7 @@ class ServingResponses:
         # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
         named = request.prompt_cache_key or request.user or session_header
         generation = await self._open_fitting(request, conversation, session_header, None if named else chain)
-        turn = Turn(self, request, new_id("resp"), conversation, chain or generation.affinity, generation.model)
-        turn.added = added
+        turn = Turn(self, request, new_id("resp"), conversation, added, chain or generation.affinity, generation.model)
         if request.background:
             return JSONResponse(await turn.in_background(generation))
         if request.stream:
@@ -193,7 +192,7 @@ class Turn:
     """One response being answered: its id, the conversation it answers, and how it ends
     (a response object, stored when asked)."""
 
-    def __init__(self, serving, request, response_id, conversation, chain, model):
+    def __init__(self, serving, request, response_id, conversation, added, chain, model):
         self.serving = serving
         self.request: ResponsesRequest = request
         self.id = response_id
@@ -201,7 +200,7 @@ class Turn:
         self.chain = chain
         self.model = model
         self.created_at = int(time.time())
-        self.added: list[dict[str, Any]] = []  # this request's own input items
+        self.added: list[dict[str, Any]] = added  # this request's own input items (conversation's last)
 
     def response(self, **fields: Any) -> dict[str, Any]:
         return response_object(self.id, self.created_at, self.model, self.request, **fields)
