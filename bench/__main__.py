@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import os
 import sys
@@ -48,6 +49,7 @@ EXTRA_SCENARIOS = (
     "asr_peers",
     "tts_peers",
     "structured",
+    "engine",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
@@ -119,8 +121,12 @@ async def _run(opts, argv) -> int:
     modules = {name: importlib.import_module(f"bench.{name}") for name in opts.scenarios}
     failed = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ominix-bench-") as work, BenchCluster(opts.cache_dir) as cluster:
-        progress(f"Ray and Serve up on port {cluster.port}; scenarios: {', '.join(opts.scenarios)} ({opts.preset})")
+    # A scenario that runs in process says so (NEEDS_CLUSTER = False): alone, it gets no Ray.
+    needs_cluster = any(getattr(m, "NEEDS_CLUSTER", True) for m in modules.values())
+    cluster_context = BenchCluster(opts.cache_dir) if needs_cluster else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="ominix-bench-") as work, cluster_context as cluster:
+        where = f"Ray and Serve up on port {cluster.port}" if cluster is not None else "in process, no Ray"
+        progress(f"{where}; scenarios: {', '.join(opts.scenarios)} ({opts.preset})")
         for name in opts.scenarios:
             module = modules[name]
             t0 = time.perf_counter()

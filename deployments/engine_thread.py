@@ -14,6 +14,10 @@ engine's own) and hands it over with
   pending in one step, combined by `merge` (as vLLM's RequestOutputCollector does), instead
   of one await per item.
 
+An engine that answers many messages per step (the LLM's batch) wraps the step in
+`replies_batched()`: what it sends during the step reaches each event loop in one wake-up,
+not one per item (each wake-up is a write to the loop's self-pipe and a turn of the loop).
+
 Either way an error on the engine thread is raised in the caller, and a caller that leaves
 (cancelled task, closed iterator) sets `message.cancelled`, which the engine thread reads
 between steps to stop the work. Work still queued when the engine stops is answered with a
@@ -27,6 +31,7 @@ No Ray here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import queue
@@ -81,6 +86,22 @@ class SlotEngine(Protocol):
 # ---------------------------------------------------------------------- messages and replies
 
 
+# Replies held back by the engine thread while `replies_batched()` runs: loop -> calls.
+_held = threading.local()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+        pass
+
+
+def _run_all(calls: list[tuple[Callable[..., None], tuple]]) -> None:
+    for fn, args in calls:
+        fn(*args)
+
+
 class _Reply:
     """The way back from the engine thread to one caller's event loop."""
 
@@ -88,10 +109,11 @@ class _Reply:
         self._loop = loop
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
-            pass
+        held = getattr(_held, "calls", None)
+        if held is None:
+            _call_soon(self._loop, fn, *args)
+        else:
+            held.setdefault(self._loop, []).append((fn, args))
 
     def send(self, item: Any) -> None:
         raise TypeError("send() is for streamed messages; a submitted message gets one answer")
@@ -341,6 +363,22 @@ class EngineThread(Generic[M]):
                 self._fail(message, e)
             else:
                 self._finish(message, result)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def replies_batched():
+        """Hold what this thread sends until the block ends, then wake each event loop once
+        with all of it, in order."""
+        if getattr(_held, "calls", None) is not None:  # nested: the outer block sends
+            yield
+            return
+        _held.calls = {}
+        try:
+            yield
+        finally:
+            held, _held.calls = _held.calls, None
+            for loop, calls in held.items():
+                _call_soon(loop, _run_all, calls)
 
     @staticmethod
     def _send(message: M, item: Any) -> None:

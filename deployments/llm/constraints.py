@@ -442,28 +442,43 @@ class TokenMask:
     def __post_init__(self):
         self._bits = np.full((1, (self.width + 31) // 32), -1, dtype=np.int32)
 
-    def allowed(self, token: Optional[int]) -> np.ndarray:
-        """The mask after `token` (None for the first token), as booleans over the logits. A
-        token the grammar did not allow (it cannot happen unless the mask was bypassed) leaves
-        only end-of-sequence allowed, and `error` says why."""
+    def advance(self, token: Optional[int]) -> None:
+        """Consume the token just sampled (None before the first). A token the grammar did
+        not allow (it cannot happen unless the mask was bypassed) sets `error`; after it, and
+        after an end-of-sequence (the batch computes one step past an end), only
+        end-of-sequence is allowed."""
+        if token is None or token in self.eos or self.error:
+            return
+        if not self.matcher.consume_token(token):
+            self.error = self.matcher.get_error() or f"token {token} was not allowed"
+
+    def fill(self, bits: np.ndarray, row: int = 0) -> None:
+        """Write the mask of the next token into row `row` of a packed bitmask (int32 words,
+        llguidance's layout: bit i of word j allows token 32*j + i)."""
         import llguidance.numpy
 
-        t0, cpu0 = time.perf_counter(), time.thread_time()
-        if token in self.eos:
-            # The sequence ended (the batch computes one step past an end): nothing to consume.
-            token = None
-        elif token is not None and not self.error and not self.matcher.consume_token(token):
-            self.error = self.matcher.get_error() or f"token {token} was not allowed"
         if self.error:
-            allowed = np.zeros(self.width, dtype=bool)
-            allowed[self.eos] = True
+            words = bits.view(np.uint32)
+            words[row] = 0
+            for token in self.eos:
+                words[row, token // 32] |= np.uint32(1 << (token % 32))
         else:
-            llguidance.numpy.fill_next_token_bitmask(self.matcher, self._bits, 0)
-            allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.width].view(bool)
-        self.seconds += time.perf_counter() - t0
-        self.cpu_seconds += time.thread_time() - cpu0
-        self.steps += 1
+            llguidance.numpy.fill_next_token_bitmask(self.matcher, bits, row)
+
+    def allowed(self, token: Optional[int]) -> np.ndarray:
+        """The mask after `token` (None for the first token), as booleans over the logits."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        self.advance(token)
+        self.fill(self._bits)
+        allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.width].view(bool)
+        self.timed(time.perf_counter() - t0, time.thread_time() - cpu0)
         return allowed
+
+    def timed(self, seconds: float, cpu_seconds: float) -> None:
+        """One mask computed in `seconds` (wall) and `cpu_seconds` (the computing thread's)."""
+        self.seconds += seconds
+        self.cpu_seconds += cpu_seconds
+        self.steps += 1
 
     def copy(self) -> TokenMask:
         """A matcher in this one's state with none of its statistics: another sequence's."""

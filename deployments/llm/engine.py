@@ -37,11 +37,13 @@ import numpy as np
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
 from deployments.generation.output import OutputParser, ParsedText
 from deployments.generation.sampling import SamplingParams
+from deployments.llm.batch import Sequence
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
+from deployments.llm.sampler import RowSampler
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
 from deployments.protocol.generation import GenerationChunk, merge_by_choice
@@ -308,6 +310,15 @@ class LLMEngine(EngineThread[_Request]):
             load=load_cache,
         )
 
+    def batch_totals(self):
+        """What the batch has done since the engine started: prompt and generated tokens,
+        decode steps, their time (deployments/llm/batch.py BatchStats). A sample, read off
+        the engine thread."""
+        from deployments.llm.batch import BatchStats
+
+        batch = getattr(self, "_batch", None)
+        return BatchStats(**vars(batch.totals)) if batch is not None else BatchStats()
+
     def prompt_cache_tiers(self) -> dict[str, Any]:
         """The prompt cache per tier (RAM, disk): entries, bytes, hits; {} when it is off."""
         cache = self.prefix_cache
@@ -344,16 +355,17 @@ class LLMEngine(EngineThread[_Request]):
             llm_attention.install()
 
     def _new_batch(self, stream):
-        from mlx_lm.generate import BatchGenerator
+        from deployments.llm.batch import Batch
 
         size = self.config.max_batch_size if self.config.batching else 1
         prefill = self.config.prefill_batch_size if self.config.batching else 1
-        return BatchGenerator(
+        return Batch(
             self._model,
-            completion_batch_size=size,
-            prefill_batch_size=min(prefill, size),
-            prefill_step_size=prefill_step(self.config.prefill_step_size),
+            capacity=size,
+            prefill_batch=min(prefill, size),
+            prefill_step=prefill_step(self.config.prefill_step_size),
             stream=stream,
+            mask_width=self.vocab_size,
         )
 
     def _loop(self, stream) -> None:
@@ -364,42 +376,60 @@ class LLMEngine(EngineThread[_Request]):
         self._prefilling: dict[tuple[int, ...], int] = {}
         self._parked: dict[tuple[int, ...], list[_Request]] = {}
         while True:
-            if not self._take_inbox(active, block=not active):
-                return
-            self._unpark_orphans(active)
-            if not active:
+            with self.replies_batched():
+                if not self._round(active, stream):
+                    return
+
+    def _round(self, active: dict[int, _Sequence], stream) -> bool:
+        """Admit and drop requests, run one batch step, hand each token to its sequence.
+        False when the engine must stop."""
+        if not self._take_inbox(active, block=not active):
+            return False
+        self._unpark_orphans(active)
+        if not active:
+            return True
+        stepped = self._step(active, stream)
+        if stepped is not None:
+            self._deliver(active, *stepped)
+        return True
+
+    def _step(self, active: dict[int, _Sequence], stream) -> Optional[tuple[list, dict]]:
+        """One batch step: its token events and their log-probabilities. A step that fails
+        fails every sequence and the batch starts afresh (never the replica)."""
+        try:
+            prompt_events, token_events = self._batch.next()
+            self._at_segment_ends(active, prompt_events)
+            return token_events, self._logprobs(active, token_events)
+        except Exception as e:
+            logger.exception("Batch step failed; failing %d sequences", len(active))
+            for request in {seq.request for seq in active.values()}:
+                self._fail(request, server_error(f"Generation failed: {e}"))
+            active.clear()
+            self._batch = self._new_batch(stream)
+            return None
+
+    def _deliver(self, active: dict[int, _Sequence], events: list, logprobs: dict) -> None:
+        """Each token to its sequence; a finished one leaves, its cache kept for later prompts."""
+        stopped_by_us = []
+        for r in events:
+            seq = active.get(r.uid)
+            if seq is None:
                 continue
-            try:
-                prompt_responses, responses = self._batch.next()
-                self._at_segment_ends(active, prompt_responses)
-                logprobs = self._logprobs(active, responses)
-            except Exception as e:  # never let one bad step kill the replica
-                logger.exception("Batch step failed; failing %d sequences", len(active))
-                for request in {seq.request for seq in active.values()}:
-                    self._fail(request, server_error(f"Generation failed: {e}"))
-                active.clear()
-                self._batch = self._new_batch(stream)
-                continue
-            stopped_by_us = []
-            for r in responses:
-                seq = active.get(r.uid)
-                if seq is None:
-                    continue
-                outcome = self._on_token(seq, r.token, r.finish_reason, logprobs.get(r.uid))
-                if outcome is not _RUNNING:
-                    del active[r.uid]
-                    self.stats["finished"] += 1
-                if outcome is _FINISHED:
-                    self._keep_cache(r.all_tokens, r.prompt_cache, ANSWER)
-                elif outcome is _STOPPED_BY_PARSER:
-                    # The batch generator drops the sequences it finishes; these it cannot know.
-                    stopped_by_us.append(r.uid)
-            if stopped_by_us:
-                caches = self._batch.remove(stopped_by_us, return_prompt_caches=self.prefix_cache is not None)
-                for cache, tokens in caches.values():
-                    self._keep_cache(tokens, cache, ANSWER)
-            self.stats["running"] = len(active)
-            self.stats["generated_tokens"] += len(responses)
+            outcome = self._on_token(seq, r.token, r.finish_reason, logprobs.get(r.uid))
+            if outcome is not _RUNNING:
+                del active[r.uid]
+                self.stats["finished"] += 1
+            if outcome is _FINISHED:
+                self._keep_cache(r.all_tokens, r.prompt_cache, ANSWER)
+            elif outcome is _STOPPED_BY_PARSER:
+                # The batch drops the sequences it finishes; these it cannot know of.
+                stopped_by_us.append(r.uid)
+        if stopped_by_us:
+            caches = self._batch.remove(stopped_by_us, return_prompt_caches=self.prefix_cache is not None)
+            for cache, tokens in caches.values():
+                self._keep_cache(tokens, cache, ANSWER)
+        self.stats["running"] = len(active)
+        self.stats["generated_tokens"] += len(events)
 
     def _take_inbox(self, active: dict[int, _Sequence], block: bool) -> bool:
         """Admit new requests and drop abandoned ones. False when the engine must stop."""
@@ -505,8 +535,6 @@ class LLMEngine(EngineThread[_Request]):
     def _insert(self, seq: _Sequence, segments: list[list[int]], cache: Optional[list[Any]], done: list[int]) -> None:
         """One sequence into the batch: `segments` still to prefill after `done`, whose KV
         `cache` it starts from (None: a fresh one)."""
-        from mlx_lm.generate import StopSequences
-
         tok = self.tokenizer
         think = (tok.think_start, tok.think_end) if tok.has_thinking and seq.prompt.split_reasoning else None
         tool_call = (
@@ -521,19 +549,20 @@ class LLMEngine(EngineThread[_Request]):
         processors = _make_logits_processors(seq.params)
         # A grammar's end is an end-of-sequence token: it ends the answer even under ignore_eos.
         eos = [] if seq.params.ignore_eos and not seq.mask else [(t,) for t in tok.eos_token_ids]
-        if seq.mask:
-            # After the others, so that the logprobs (read after every processor) are the masked ones.
-            processors.append(_mask_processor(seq.mask))
         if seq.params.min_tokens and eos:
             processors.append(_min_tokens_processor(seq.params.min_tokens, tok.eos_token_ids))
-        (seq.uid,) = self._batch.insert_segments(
-            [segments],
-            max_tokens=[seq.params.max_tokens],
-            caches=[cache],
-            all_tokens=[list(done)],
-            samplers=[_make_sampler(seq.params, seq.index)],
-            logits_processors=[processors],
-            stop_sequences=[StopSequences(eos)],
+        seq.uid = self._batch.insert(
+            Sequence(
+                segments,
+                seq.params.max_tokens,
+                RowSampler.of(seq.params, seq.index),
+                cache=cache,
+                done=list(done),
+                processors=tuple(processors),
+                stop_tokens=eos,
+                mask=seq.mask,
+                logprobs=seq.request.logprobs is not None,
+            )
         )
         seq.request.running += 1
 
@@ -762,64 +791,6 @@ def _share_point(segments: list[list[int]]) -> int:
     if not segments:
         return 0
     return len(segments) if len(segments[-1]) > 1 else len(segments) - 1
-
-
-def _make_sampler(params: SamplingParams, choice: int = 0):
-    from mlx_lm.sample_utils import make_sampler
-
-    if params.temperature == 0 or params.seed is None:
-        # Greedy requests share one sampler object, so the batch samples in one call.
-        return make_sampler(params.temperature, top_p=params.top_p, min_p=params.min_p, top_k=params.top_k)
-    return _seeded_sampler(params, choice)
-
-
-def _seeded_sampler(params: SamplingParams, choice: int = 0):
-    """A sampler with its own random key: `seed` is reproducible even inside a batch. Choice
-    i > 0 of a request draws from its own key, split off the seed's, so the first choice of
-    n is the answer n=1 gives."""
-    import mlx.core as mx
-    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
-
-    seed_key = mx.random.key(params.seed % 2**64)  # a negative seed wraps, as OpenAI takes int64
-    key = [seed_key if choice == 0 else mx.random.split(seed_key, choice + 1)[choice]]
-
-    def sample(logprobs):
-        if 0 < params.top_p < 1.0:
-            logprobs = apply_top_p(logprobs, params.top_p)
-        if params.min_p:
-            logprobs = apply_min_p(logprobs, params.min_p)
-        if params.top_k:
-            logprobs = apply_top_k(logprobs, params.top_k)
-        key[0], sub = mx.random.split(key[0])
-        return mx.random.categorical(logprobs * (1.0 / params.temperature), key=sub)
-
-    return sample
-
-
-def _mask_processor(mask: TokenMask):
-    """The grammar as a logits processor: what the mask forbids gets -inf. The batch calls it
-    once per step with the sequence's tokens so far; the first call comes before any generated
-    token (its last token is the prompt's)."""
-    import mlx.core as mx
-
-    started = [False]
-    # On a GPU the step's forward pass runs while the CPU computes the mask. On MLX's CPU
-    # backend the two would share the cores and caches: measured, a mask computed beside the
-    # forward pass took 3-4x the CPU time (its token trie evicted), and no step got faster.
-    overlap = mx.default_device().type == mx.DeviceType.gpu
-
-    def apply(tokens, logits):
-        if overlap:
-            mx.async_eval(logits)
-        last = int(tokens[-1].item()) if started[0] else None
-        started[0] = True
-        allowed = mask.allowed(last)
-        width = logits.shape[-1]
-        if allowed.shape[0] != width:  # logits wider than the vocabulary: the rest never allowed
-            allowed = np.pad(allowed[:width], (0, max(0, width - allowed.shape[0])))
-        return mx.where(mx.array(allowed), logits, mx.array(-float("inf"), dtype=logits.dtype))
-
-    return apply
 
 
 def _min_tokens_processor(min_tokens: int, eos_ids: Any):

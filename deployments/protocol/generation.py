@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from deployments.protocol.logprobs import TokenLogprob
 from deployments.protocol.openai import FinishReason, ToolCall, UsageInfo
@@ -22,7 +22,7 @@ class GenerationChunk(BaseModel):
     index: int = 0  # the choice this chunk belongs to
     content: str = ""
     reasoning_content: str = ""
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)  # a factory: no deep copy per chunk
     logprobs: Optional[list[TokenLogprob]] = None
     finish_reason: FinishReason = None
     stop_sequence: Optional[str] = None  # the stop string that ended the choice (finish "stop")
