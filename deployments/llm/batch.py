@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from deployments.llm.constraints import TokenMask
 from deployments.llm.decode import Decode, Row, TokenEvent
+from deployments.llm.drafts import NgramSettings
 from deployments.llm.prefill import Prefill, PromptEvent
 from deployments.llm.sampler import RowSampler
 
@@ -53,6 +54,8 @@ class BatchStats:
     generation_tokens: int = 0
     generation_steps: int = 0
     decode_time: float = 0.0
+    drafted_tokens: int = 0  # speculative decoding: drafted tokens the model ran
+    accepted_tokens: int = 0  # and of those, the ones it kept
 
 
 @dataclass(eq=False)
@@ -72,6 +75,7 @@ class Batch:
         prefill_step: int = 2048,
         stream: Any = None,
         mask_width: Optional[int] = None,
+        speculation: Optional[NgramSettings] = None,
     ):
         import mlx.core as mx
 
@@ -81,7 +85,7 @@ class Batch:
         self.stream = stream or mx.default_stream(mx.default_device())
         self.waiting: deque[_Waiting] = deque()
         self.prefill = Prefill(model, prefill_step)
-        self.decode = Decode(model, mask_width=mask_width)
+        self.decode = Decode(model, mask_width=mask_width, speculation=speculation)
         self._next_uid = 0
         self.totals = BatchStats()
 
@@ -169,6 +173,8 @@ class Batch:
             self.totals.decode_time += time.perf_counter() - t0
             self.totals.generation_tokens += len(tokens)
             self.totals.generation_steps += 1
+            self.totals.drafted_tokens = self.decode.counts["drafted"]
+            self.totals.accepted_tokens = self.decode.counts["accepted"]
         if len(self.decode) >= self.capacity:
             return [], tokens
         self._admit()

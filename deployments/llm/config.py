@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deployments.llm.smollm2 import SMOLLM2_ID
 from deployments.llm.tiny_model import TINY_LLM_ID
@@ -13,6 +13,35 @@ from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 
 # OminiX-API's LLM families (its README's `"model": "qwen3"`): names for whatever the slot serves.
 OMINIX_FAMILIES = ("qwen3", "mistral", "glm")
+
+
+class SpeculativeConfig(BaseModel):
+    """Speculative decoding (vLLM's `speculative_config` names): each sequence drafts a few
+    tokens cheaply, the model checks them in one step of the running batch
+    (deployments/llm/speculation.py). Greedy answers are unchanged; sampled ones keep the
+    model's distribution."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["ngram"] = Field(
+        "ngram",
+        description="ngram: prompt lookup, the tokens that followed the latest earlier occurrence of the "
+        "sequence's last tokens in its own context (edits, echoed JSON, quotes)",
+    )
+    num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens drafted per step, at most")
+    prompt_lookup_min: int = Field(2, ge=1, description="ngram: the shortest suffix matched")
+    prompt_lookup_max: int = Field(4, ge=1, description="ngram: the longest suffix matched (tried first)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SpeculativeConfig:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("speculative.prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+    def settings(self):
+        from deployments.llm.drafts import NgramSettings
+
+        return NgramSettings(self.num_speculative_tokens, self.prompt_lookup_min, self.prompt_lookup_max)
 
 
 class LLMSlotConfig(SlotModelsConfig):
@@ -66,6 +95,12 @@ class LLMSlotConfig(SlotModelsConfig):
         4 << 30, ge=0, description="The largest dense float32 copy cpu_dtype auto makes of one model's weights"
     )
 
+    speculative: Optional[SpeculativeConfig] = Field(
+        None,
+        description="Speculative decoding inside the continuous batch (off when unset): "
+        "{method: ngram, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max}",
+    )
+
     def max_ongoing_requests(self) -> int:
         return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
 
@@ -87,6 +122,7 @@ class LLMSlotConfig(SlotModelsConfig):
             disk_cache_dir=str(disk_cache_dir) if disk_cache_dir else None,
             disk_cache_bytes=self.disk_cache_bytes,
             disk_cache_min_tokens=self.disk_cache_min_tokens,
+            speculative=self.speculative.settings() if self.speculative else None,
         )
 
     def catalog_entry(self, cache_dir: Path) -> dict:

@@ -1,18 +1,23 @@
 """The decode step: the sequences past their prompt, one forward pass of the model for all of
-them per step, one new token each.
+them per step.
 
-A step is a short pipeline of stages:
+A step is a short loop of stages:
 
-    forward   the model on each row's newest token (dispatched, not waited for)
-    report    the previous step's picks read back to the host: the tokens, which rows finished
-              (end-of-sequence, a stop sequence, max_tokens), their log-probabilities
+    settle    the previous step's picks read back to the host: the tokens each row generated,
+              which rows finished (end-of-sequence, a stop sequence, max_tokens), their
+              log-probabilities; the KV of drafted tokens the model rejected dropped
+    draft     with speculative decoding, each row's guess of its next tokens
+              (deployments/llm/drafts.py), checked against its grammar
+    forward   the model on each row's newest token and its draft
     select    the logits processors, the grammar masks (deployments/llm/masks.py: computed on the
-              host while the forward runs), then each row's pick (deployments/llm/sampler.py)
+              host while the forward runs), then each row's pick (deployments/llm/sampler.py) or,
+              with a draft, the verdict on it (deployments/llm/speculation.py)
 
-The step runs one ahead, as mlx-lm's generator does: step t+1's forward is dispatched before
-the host reads step t's picks, so the engine's own per-token work (detokenizing, parsing,
-sending) runs while the model computes. A row that finishes has therefore run one forward past
-its end; its cache, as extracted, holds that last token, and so does its token list.
+Without drafts the step runs one ahead, as mlx-lm's generator does: the forward of step t+1 is
+dispatched before the host settles step t, so the engine's own per-token work (detokenizing,
+parsing, sending) runs while the model computes. A row that finishes has then run one forward
+past its end; its cache, as extracted, holds that last token, and so does its token list. With
+drafts the host must know the newest tokens before it can guess the next ones: it settles first.
 
 Ray-free; MLX is imported where it is used.
 """
@@ -23,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from deployments.llm.constraints import TokenMask
+from deployments.llm.drafts import NgramIndex, NgramSettings
 from deployments.llm.masks import MaskStage
 from deployments.llm.sampler import RowSampler, pick
+from deployments.llm.speculation import verify
 
 
 @dataclass(eq=False)
@@ -40,7 +47,12 @@ class Row:
     mask: Optional[TokenMask] = None
     logprobs: bool = False  # report each pick's log-probabilities (the processed, masked row)
     generated: int = 0
-    context: Any = None  # the tokens so far as an MLX buffer, for the processors (made on first use)
+    context: Any = None  # its tokens as an MLX array for its processors (_Context, made on first use)
+    pending_token: Optional[int] = None  # its newest token, settled and not run yet (drafting only)
+    lookup: Optional[NgramIndex] = None  # its prompt-lookup index, with speculative decoding
+    drafts: list[int] = field(default_factory=list)  # drafted tokens it ran in the pending step
+    drafted: int = 0  # tokens it drafted, and of those the model accepted (for the metrics)
+    accepted: int = 0
 
 
 @dataclass
@@ -58,19 +70,30 @@ class TokenEvent:
 
 @dataclass
 class _Picks:
-    """A step's selection, still on the device until the next step reports it."""
+    """A step's selection, on the device until the next step settles it. Per row: its newest
+    token, and with drafts how many of them it kept; the log-probabilities of the rows that
+    asked, per position (kept drafts first, then the newest token)."""
 
     tokens: Any  # [B]
-    logprobs: dict[int, Any] = field(default_factory=dict)  # row -> [V], for the rows that asked
+    accepted: Any = None  # [B] or None: no row ran a draft
+    positions: list[int] = field(default_factory=list)  # per row: the positions it ran (newest token, K drafts)
+    logprobs: dict[int, Any] = field(default_factory=dict)  # row -> [positions, V]
 
 
 class Decode:
-    def __init__(self, model: Any, masks: Optional[MaskStage] = None, mask_width: Optional[int] = None):
+    def __init__(
+        self,
+        model: Any,
+        masks: Optional[MaskStage] = None,
+        mask_width: Optional[int] = None,
+        speculation: Optional[NgramSettings] = None,
+    ):
         self.model = model
         self.rows: list[Row] = []
         self.cache: list[Any] = []
-        self._inputs = None  # [B]: each row's newest pick, not yet run nor reported
-        self._picks: Optional[_Picks] = None
+        self.speculation = speculation
+        self.counts = {"drafted": 0, "accepted": 0}  # drafted tokens run, and of those kept
+        self._pending: Optional[_Picks] = None
         self._masks = masks or MaskStage()
         self._mask_width = mask_width
 
@@ -82,38 +105,41 @@ class Decode:
     def extend(self, rows: list[Row], cache: list[Any], last_tokens: list[int]) -> None:
         """Rows whose caches hold all of their prompt but its last token. Their first step runs
         at once, on its own (as mlx-lm's generator starts a sequence), so that their first
-        token is reported by the next step of the whole batch."""
+        token is settled by the next step of the whole batch."""
         import mlx.core as mx
         from mlx_lm.generate import _extend_cache
 
-        inputs = mx.array(last_tokens, dtype=mx.uint32)
-        logits = self.model(inputs[:, None], cache=cache)[:, -1, :]
-        picks = self._select(rows, logits, inputs, [None] * len(rows))
+        inputs = mx.array(last_tokens, dtype=mx.uint32)[:, None]
+        logits = self.model(inputs, cache=cache)
         for row, token in zip(rows, last_tokens):
             row.tokens.append(token)
-        mx.async_eval(picks.tokens, *picks.logprobs.values())
-        offset = len(self.rows)
+            if self.speculation is not None:
+                row.lookup = NgramIndex(self.speculation, row.tokens)
+        first = self._select(rows, logits, [None] * len(rows))
+        mx.async_eval(first.tokens, *first.logprobs.values())
+        self._pending = _concat(self._pending, len(self.rows), first)
         self.cache = _extend_cache(self.cache, cache)
-        self._inputs = picks.tokens if self._inputs is None else mx.concatenate([self._inputs, picks.tokens])
         self.rows += rows
-        if self._picks is None:
-            self._picks = _Picks(None)
-        self._picks.logprobs.update({offset + i: lp for i, lp in picks.logprobs.items()})
 
     def filter(self, keep: list[int]) -> None:
         import mlx.core as mx
 
         self.rows = [self.rows[i] for i in keep]
         if not keep:
-            self.cache, self._inputs, self._picks = [], None, None
+            self.cache, self._pending = [], None
             return
         for c in self.cache:
             c.filter(keep)
-        index = mx.array(keep)
-        self._inputs = self._inputs[index]
-        if self._picks is not None:
+        if self._pending is not None:
+            index = mx.array(keep)
+            pending = self._pending
             where = {old: new for new, old in enumerate(keep)}
-            self._picks.logprobs = {where[i]: lp for i, lp in self._picks.logprobs.items() if i in where}
+            self._pending = _Picks(
+                pending.tokens[index],
+                None if pending.accepted is None else pending.accepted[index],
+                [pending.positions[i] for i in keep],
+                {where[i]: lp for i, lp in pending.logprobs.items() if i in where},
+            )
 
     def extract_cache(self, i: int) -> list[Any]:
         return [c.extract(i) for c in self.cache]
@@ -125,72 +151,245 @@ class Decode:
 
         if not self.rows:
             return []
-        inputs = self._inputs
-        logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
+        ahead = self.speculation is None and (self._pending is None or self._pending.accepted is None)
+        events: list[TokenEvent] = []
+        finished: set[int] = set()
+        if not ahead:  # the drafts continue from the newest tokens: settle them first
+            events, finished = self._settle(fed=False)
+            self._drop(finished)
+            if not self.rows:
+                return events
+        inputs, newest = self._feed(ahead)
+        logits = self.model(inputs, cache=self.cache)
         mx.async_eval(logits)
-        fed = inputs.tolist()  # waits for the previous step's sampling, not for this forward
-        picks = self._select(self.rows, logits, inputs, fed)
-        events, finished = self._report(fed)
-        self._inputs, self._picks = picks.tokens, picks
-        mx.async_eval(picks.tokens, *picks.logprobs.values())
-        if finished:
-            self.filter([i for i in range(len(self.rows)) if i not in finished])
+        if ahead:  # while the forward runs; the newest tokens it takes are now in its cache
+            newest = self._pending.tokens.tolist()
+            events, finished = self._settle(fed=True, newest=newest)
+        picks = self._select(self.rows, logits, newest if ahead else [None] * len(self.rows))
+        self._pending = picks
+        mx.async_eval(picks.tokens, *([] if picks.accepted is None else [picks.accepted]), *picks.logprobs.values())
+        if ahead:
+            self._drop(finished)
         return events
 
-    def _report(self, fed: list[int]) -> tuple[list[TokenEvent], set[int]]:
-        """Each row's newest pick, now run, joins its tokens and becomes its event."""
-        events, finished = [], set()
-        logprobs = self._picks.logprobs if self._picks is not None else {}
-        for i, (row, token) in enumerate(zip(self.rows, fed)):
-            row.tokens.append(token)
-            row.generated += 1
-            reason = "length" if row.generated >= row.max_tokens else None
-            if row.stop is not None and row.stop.advance(token):
-                reason = "stop"
-            event = TokenEvent(row.uid, token, logprobs.get(i), reason)
-            if reason is not None:
-                finished.add(i)
-                event.prompt_cache, event.all_tokens = self.extract_cache(i), row.tokens
-            events.append(event)
-        return events, finished
-
-    def _select(self, rows: list[Row], logits, inputs, fed: list[Optional[int]]) -> _Picks:
-        """Each row's pick from its logits; `fed`: the pick each row just ran (None for a
-        row's first step), which its grammar mask consumes."""
+    def _feed(self, ahead: bool):
+        """[B, positions] inputs: each row's newest token, then its draft (padded)."""
         import mlx.core as mx
 
+        if ahead:
+            return self._pending.tokens[:, None], None
+        newest = [row.pending_token for row in self.rows]
+        drafts = [self._draft(row, token) for row, token in zip(self.rows, newest)]
+        width = max(len(d) for d in drafts)
+        for row, token, draft in zip(self.rows, newest, drafts):
+            row.tokens += [token, *draft]
+            row.drafts = draft
+            row.drafted += len(draft)
+            self.counts["drafted"] += len(draft)
+        rows = [[t, *d] + [0] * (width - len(d)) for t, d in zip(newest, drafts)]
+        return mx.array(rows, dtype=mx.uint32), newest
+
+    def _draft(self, row: Row, newest: int) -> list[int]:
+        """A row's guess of the tokens after `newest` (which its grammar mask consumes now)."""
+        if row.mask is not None:
+            row.mask.advance(newest)
+        if row.lookup is None:
+            return []
+        row.lookup.extend([newest])
+        draft = row.lookup.propose(row.max_tokens - row.generated - 1)
+        if draft and row.mask is not None and not row.mask.error:
+            draft = draft[: row.mask.matcher.validate_tokens(draft)]
+        return draft
+
+    def _settle(self, fed: bool, newest: Optional[list[int]] = None) -> tuple[list[TokenEvent], set[int]]:
+        """The pending step's picks become events. `fed`: the newest tokens already ran (one
+        ahead); else the rejected drafts leave the cache and each row keeps its newest token
+        for the next feed."""
+        pending = self._pending
+        if newest is None:
+            newest = pending.tokens.tolist()
+        accepted = pending.accepted.tolist() if pending.accepted is not None else [0] * len(self.rows)
+        if not fed:
+            self._drop_rejected(accepted, pending.positions)
+        events, finished = [], set()
+        for i, (row, token, kept) in enumerate(zip(self.rows, newest, accepted)):
+            generated = row.drafts[:kept] + [token]
+            row.accepted += kept
+            self.counts["accepted"] += kept
+            if row.lookup is not None:
+                row.lookup.extend(row.drafts[:kept])
+            row.drafts = []
+            logprobs = pending.logprobs.get(i)
+            for j, t in enumerate(generated):
+                if fed and j == len(generated) - 1:
+                    row.tokens.append(t)
+                event = TokenEvent(row.uid, t, None if logprobs is None else logprobs[j], self._finish(row, t))
+                events.append(event)
+                if event.finish_reason is not None:
+                    finished.add(i)
+                    event.prompt_cache, event.all_tokens = self._kept(i, len(generated) - 1 - j if not fed else 0)
+                    break
+            row.pending_token = token
+        return events, finished
+
+    @staticmethod
+    def _finish(row: Row, token: int) -> Optional[str]:
+        row.generated += 1
+        reason = "length" if row.generated >= row.max_tokens else None
+        if row.stop is not None and row.stop.advance(token):
+            reason = "stop"
+        return reason
+
+    def _drop(self, finished: set[int]) -> None:
+        if finished:
+            self.filter([i for i in range(len(self.rows)) if i not in finished])
+
+    def _drop_rejected(self, accepted: list[int], positions: list[int]) -> None:
+        """Row i ran `positions[i]` tokens; it keeps its newest and `accepted[i]` drafted ones.
+        What all rows rejected is trimmed off the end; the rest, per row, rolled out of the
+        cache into its left padding (the way mlx-lm's BatchKVCache finishes a right-padded
+        prefill), so the rows stay aligned."""
+        import mlx.core as mx
+        from mlx_lm.models.cache import dynamic_roll
+
+        if max(positions) == 1:
+            return
+        rejected = [p - 1 - a for p, a in zip(positions, accepted)]
+        for row, a in zip(self.rows, accepted):
+            del row.tokens[len(row.tokens) - (len(row.drafts) - a) :]
+        common = min(rejected)
+        for c in self.cache:
+            c.trim(common)
+        shifts = [r - common for r in rejected]
+        if not any(shifts):
+            return
+        shift = mx.array(shifts)
+        for c in self.cache:
+            c.keys = dynamic_roll(c.keys, shift[:, None], axis=2)
+            c.values = dynamic_roll(c.values, shift[:, None], axis=2)
+            c.offset = c.offset - shift
+            c.left_padding = c.left_padding + shift
+
+    def _kept(self, i: int, extra: int) -> tuple[list[Any], list[int]]:
+        """A finished row's cache and the tokens it holds, less the `extra` kept drafted
+        tokens past the token it ended on."""
+        row = self.rows[i]
+        cache = self.extract_cache(i)
+        if extra:
+            del row.tokens[len(row.tokens) - extra :]
+            for c in cache:
+                c.trim(extra)
+        return cache, row.tokens
+
+    # ------------------------------------------------------------------ select
+
+    def _select(self, rows: list[Row], logits, newest: list[Optional[int]]) -> _Picks:
+        """Each row's pick from its logits ([B, positions, V]); `newest`: the token each row
+        just ran, which its grammar mask consumes (None: consumed already, or its first step)."""
+        import mlx.core as mx
+
+        positions = logits.shape[1]
+        if positions == 1:
+            logits = logits[:, -1, :]
         masked = [i for i, row in enumerate(rows) if row.mask is not None]
         if masked:
             # The forward is running: the masks are computed beside it. Before the processors,
             # which never lift a -inf, so that min_tokens sees what the grammar allows.
             masks = [rows[i].mask for i in masked]
-            bits = self._masks.compute(masks, [fed[i] for i in masked])
+            drafts = [rows[i].drafts for i in masked] if positions > 1 else None
+            bits = self._masks.compute(masks, [newest[i] for i in masked], drafts, positions)
             width = self._mask_width or min(m.width for m in masks)
             logits = self._masks.apply(logits, masked, bits, width)
-        logits = self._process(rows, logits, inputs)
+        logits = self._process(rows, logits)
         wanted = [i for i, row in enumerate(rows) if row.logprobs]
         logprobs = None
         if wanted or any(not row.sampler.greedy for row in rows):
             logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        tokens = pick([row.sampler for row in rows], logits, logprobs)
-        return _Picks(tokens, {i: logprobs[i] for i in wanted})
+        samplers = [row.sampler for row in rows]
+        if positions == 1:
+            tokens = pick(samplers, logits, logprobs)
+            return _Picks(tokens, None, [1] * len(rows), {i: logprobs[i : i + 1] for i in wanted})
+        drafts = mx.array([row.drafts + [0] * (positions - 1 - len(row.drafts)) for row in rows])
+        verdict = verify(samplers, logits, logprobs, drafts, [len(row.drafts) for row in rows])
+        return _Picks(verdict.token, verdict.accepted, [positions] * len(rows), {i: logprobs[i] for i in wanted})
 
-    def _process(self, rows: list[Row], logits, inputs):
-        """The rows' logits processors (logit_bias, penalties, min_tokens), each given the
-        row's tokens so far, as mlx-lm's generator calls them."""
+    def _process(self, rows: list[Row], logits):
+        """The rows' logits processors (logit_bias, penalties, min_tokens), each position given
+        the row's tokens through that position's input, as mlx-lm's generator calls them (they
+        are pure functions of those tokens, so a drafted position is treated as if decoded)."""
         import mlx.core as mx
-        from mlx_lm.models.cache import TokenBuffer
 
         if not any(row.processors for row in rows):
             return logits
+        flat = logits.ndim == 2
+        logits = logits[:, None, :] if flat else logits
+        positions = logits.shape[1]
         out = []
         for i, row in enumerate(rows):
             row_logits = logits[i : i + 1]
             if row.processors:
                 if row.context is None:
-                    row.context = TokenBuffer(row.tokens)
-                context = row.context.update_and_fetch(inputs[i : i + 1])
-                for processor in row.processors:
-                    row_logits = processor(context, row_logits)
+                    row.context = _Context()
+                end = len(row.tokens) - len(row.drafts)  # through the newest token's position
+                row_logits = mx.concatenate(
+                    [
+                        _processed(
+                            row.processors,
+                            row.context.view(row.tokens, min(end + j, len(row.tokens))),
+                            row_logits[:, j],
+                        )[:, None]
+                        for j in range(positions)
+                    ],
+                    axis=1,
+                )
             out.append(row_logits)
-        return mx.concatenate(out, axis=0)
+        logits = mx.concatenate(out, axis=0)
+        return logits[:, 0, :] if flat else logits
+
+
+class _Context:
+    """A row's tokens as an MLX array, for its processors: grown as its token list grows, cut
+    back when drafted tokens are dropped (the kept prefix never changes)."""
+
+    def __init__(self):
+        import mlx.core as mx
+
+        self.buffer = mx.zeros((256,), dtype=mx.int32)
+        self.size = 0
+
+    def view(self, tokens: list[int], length: int):
+        import mlx.core as mx
+
+        self.size = min(self.size, length)
+        if self.size < length:
+            if length > self.buffer.shape[0]:
+                grown = mx.zeros((2 * length,), dtype=mx.int32)
+                grown[: self.size] = self.buffer[: self.size]
+                self.buffer = grown
+            self.buffer[self.size : length] = mx.array(tokens[self.size : length], dtype=mx.int32)
+            self.size = length
+        return self.buffer[:length]
+
+
+def _processed(processors: tuple, context, logits):
+    for processor in processors:
+        logits = processor(context, logits)
+    return logits
+
+
+def _concat(pending: Optional[_Picks], offset: int, first: _Picks) -> _Picks:
+    """The pending picks of the batch, with new rows' first picks after its `offset` rows."""
+    import mlx.core as mx
+
+    logprobs = {offset + i: lp for i, lp in first.logprobs.items()}
+    if pending is None:
+        return _Picks(first.tokens, None, list(first.positions), logprobs)
+    accepted = pending.accepted
+    if accepted is not None:
+        accepted = mx.concatenate([accepted, mx.zeros(first.tokens.shape, dtype=accepted.dtype)])
+    return _Picks(
+        mx.concatenate([pending.tokens, first.tokens]),
+        accepted,
+        pending.positions + first.positions,
+        {**pending.logprobs, **logprobs},
+    )

@@ -102,7 +102,10 @@ class LLMSlot(SlotReplica):
             yield chunk
 
     def sample_gauges(self) -> None:
-        self.metrics.sequences({e.model_id: e.sequence_counts() for e in self.models.engines()})
+        engines = self.models.engines()
+        self.metrics.sequences({e.model_id: e.sequence_counts() for e in engines})
+        totals = {e.model_id: e.batch_totals() for e in engines}
+        self.metrics.speculation({m: (t.drafted_tokens, t.accepted_tokens) for m, t in totals.items()})
 
     def engine_summary(self, engine: LLMEngine) -> dict:
         """The engine's counters and its prompt cache per tier (GET /metrics)."""

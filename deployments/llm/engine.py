@@ -40,6 +40,7 @@ from deployments.generation.sampling import SamplingParams
 from deployments.llm.batch import Sequence
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.disk_cache import DiskCache, model_key
+from deployments.llm.drafts import NgramSettings
 from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
@@ -69,6 +70,7 @@ class EngineConfig:
     disk_cache_dir: Optional[str] = None  # <cache_dir>/prompt-cache, shared by the node's replicas
     disk_cache_bytes: int = 4 << 30
     disk_cache_min_tokens: int = 256
+    speculative: Optional[NgramSettings] = None  # speculative decoding by prompt lookup; None: off
 
 
 @dataclass
@@ -269,6 +271,7 @@ class LLMEngine(EngineThread[_Request]):
         self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
         self._install_cpu_attention()
+        self._check_speculation()
         self.context_length = model_config.get("max_position_embeddings")
         self.vocab_size = (model_config.get("text_config") or model_config).get("vocab_size")
         gen_config = self.model_dir / "generation_config.json"
@@ -285,6 +288,20 @@ class LLMEngine(EngineThread[_Request]):
             )
         self.token_bytes = TokenBytes(self.tokenizer)
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
+
+    def _check_speculation(self) -> None:
+        """Drafted tokens the model rejects are cut out of each row's KV cache: that takes a
+        plain KV cache in every layer (not a sliding window's, nor a recurrent state)."""
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        if self.config.speculative is None:
+            return
+        kinds = {type(c).__name__ for c in make_prompt_cache(self._model) if type(c) is not KVCache}
+        if kinds:
+            raise ValueError(
+                f"llm.speculative: {self.model_id} keeps {', '.join(sorted(kinds))} caches, from which "
+                "rejected drafted tokens cannot be removed; speculative decoding needs a plain KV cache"
+            )
 
     def _disk_tier(self) -> Optional[DiskCache]:
         """The prompt cache's disk tier for this model as loaded (its key names the files, the
@@ -366,6 +383,7 @@ class LLMEngine(EngineThread[_Request]):
             prefill_step=prefill_step(self.config.prefill_step_size),
             stream=stream,
             mask_width=self.vocab_size,
+            speculation=self.config.speculative,
         )
 
     def _loop(self, stream) -> None:
@@ -411,11 +429,11 @@ class LLMEngine(EngineThread[_Request]):
     def _deliver(self, active: dict[int, _Sequence], events: list, logprobs: dict) -> None:
         """Each token to its sequence; a finished one leaves, its cache kept for later prompts."""
         stopped_by_us = []
-        for r in events:
+        for i, r in enumerate(events):
             seq = active.get(r.uid)
             if seq is None:
                 continue
-            outcome = self._on_token(seq, r.token, r.finish_reason, logprobs.get(r.uid))
+            outcome = self._on_token(seq, r.token, r.finish_reason, logprobs.get(i))
             if outcome is not _RUNNING:
                 del active[r.uid]
                 self.stats["finished"] += 1
@@ -550,7 +568,9 @@ class LLMEngine(EngineThread[_Request]):
         # A grammar's end is an end-of-sequence token: it ends the answer even under ignore_eos.
         eos = [] if seq.params.ignore_eos and not seq.mask else [(t,) for t in tok.eos_token_ids]
         if seq.params.min_tokens and eos:
-            processors.append(_min_tokens_processor(seq.params.min_tokens, tok.eos_token_ids))
+            processors.append(
+                _min_tokens_processor(seq.params.min_tokens, tok.eos_token_ids, len(seq.prompt.token_ids))
+            )
         seq.uid = self._batch.insert(
             Sequence(
                 segments,
@@ -626,21 +646,22 @@ class LLMEngine(EngineThread[_Request]):
             self.prefix_cache = None
 
     def _logprobs(self, active: dict[int, _Sequence], responses: list) -> dict[int, TokenLogprob]:
-        """uid -> the entry of the token just generated, for the sequences that asked: the
+        """Index of an event in `responses` -> the entry of its token, for the sequences that
+        asked (a sequence may have several tokens in a step, with speculative decoding): the
         chosen token's log-probability and the top k, out of the row its sampler saw, in one
         pass over the rows of this step."""
         import mlx.core as mx
 
         wanted = [
-            (r, active[r.uid].request.logprobs)
-            for r in responses
-            if r.uid in active and active[r.uid].request.logprobs is not None
+            (i, r, active[r.uid].request.logprobs)
+            for i, r in enumerate(responses)
+            if r.uid in active and active[r.uid].request.logprobs is not None and r.logprobs is not None
         ]
         if not wanted:
             return {}
-        rows = mx.stack([r.logprobs for r, _ in wanted]).astype(mx.float32)
-        chosen = mx.take_along_axis(rows, mx.array([[r.token] for r, _ in wanted]), axis=-1)[:, 0]
-        k = min(max(keep for _, keep in wanted), rows.shape[-1])
+        rows = mx.stack([r.logprobs for _, r, _ in wanted]).astype(mx.float32)
+        chosen = mx.take_along_axis(rows, mx.array([[r.token] for _, r, _ in wanted]), axis=-1)[:, 0]
+        k = min(max(keep for _, _, keep in wanted), rows.shape[-1])
         if k > 0:
             top_ids = mx.argpartition(-rows, kth=k - 1, axis=-1)[:, :k]
             top_values = mx.take_along_axis(rows, top_ids, axis=-1)
@@ -654,8 +675,8 @@ class LLMEngine(EngineThread[_Request]):
             mx.eval(chosen)
             tops = [[] for _ in wanted]
         return {
-            r.uid: entry(self.token_bytes, r.token, value, top, keep)
-            for (r, keep), value, top in zip(wanted, chosen.tolist(), tops)
+            i: entry(self.token_bytes, r.token, value, top, keep)
+            for (i, r, keep), value, top in zip(wanted, chosen.tolist(), tops)
         }
 
     def _on_token(
@@ -793,17 +814,17 @@ def _share_point(segments: list[list[int]]) -> int:
     return len(segments) if len(segments[-1]) > 1 else len(segments) - 1
 
 
-def _min_tokens_processor(min_tokens: int, eos_ids: Any):
-    """`min_tokens` as a logits processor: end-of-sequence tokens get -inf for the first
-    `min_tokens` steps, unless nothing else is left (a grammar that allows only its end: it
-    ends, rather than sampling from nothing)."""
+def _min_tokens_processor(min_tokens: int, eos_ids: Any, prompt_tokens: int):
+    """`min_tokens` as a logits processor: end-of-sequence tokens get -inf while fewer than
+    `min_tokens` tokens follow the prompt (read off the context's length, so that a drafted
+    position is judged as it would be when decoded), unless nothing else is left (a grammar
+    that allows only its end: it ends, rather than sampling from nothing)."""
     import mlx.core as mx
 
-    steps, banned = [0], {}
+    banned = {}
 
     def apply(tokens, logits):
-        steps[0] += 1
-        if steps[0] > min_tokens:
+        if len(tokens) - prompt_tokens >= min_tokens:
             return logits
         width = logits.shape[-1]
         if width not in banned:

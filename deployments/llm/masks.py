@@ -23,43 +23,60 @@ class MaskStage:
         self._executor = None
         self._columns: dict[int, tuple] = {}  # logits width -> (word index, bit, inside) per column
 
-    def compute(self, masks: list[TokenMask], tokens: list[Optional[int]]) -> np.ndarray:
-        """Each mask advanced by its row's newest token, then every next-token mask at once:
-        [len(masks), words] packed bits (rows of masks that left their grammar allow only
-        end-of-sequence)."""
+    def compute(
+        self,
+        masks: list[TokenMask],
+        tokens: list[Optional[int]],
+        drafts: Optional[list[list[int]]] = None,
+        positions: int = 1,
+    ) -> np.ndarray:
+        """Each mask advanced by its row's newest token (None: already), then every next-token
+        mask at once: [len(masks) * positions, words] packed bits, row m * positions + j the
+        mask at position j of mask m's row (after its first j drafted tokens, which its matcher
+        has validated; llguidance steps through them and back). Rows of masks that left their
+        grammar allow only end-of-sequence."""
         import llguidance
 
         t0, cpu0 = time.perf_counter(), time.thread_time()
         words = (max(m.width for m in masks) + 31) // 32
-        bits = np.zeros((len(masks), words), dtype=np.int32)
+        bits = np.full((len(masks) * positions, words), -1, dtype=np.int32)
         for mask, token in zip(masks, tokens):
             mask.advance(token)
-        healthy = [(m.matcher, i) for i, m in enumerate(masks) if not m.error]
-        if healthy:
-            if self._executor is None:
-                self._executor = llguidance.LLExecutor()
-            self._executor.unsafe_compute_mask_ptr(healthy, bits.ctypes.data, words * 4, len(masks))
+        if self._executor is None:
+            self._executor = llguidance.LLExecutor()
+        healthy = [i for i, m in enumerate(masks) if not m.error]
+        plain = [(masks[i].matcher, i * positions) for i in healthy if not drafts or not drafts[i]]
+        drafted = [(masks[i].matcher, i * positions, drafts[i]) for i in healthy if drafts and drafts[i]]
+        if plain:
+            self._executor.unsafe_compute_mask_ptr(plain, bits.ctypes.data, words * 4, len(bits))
+        if drafted:
+            self._executor.unsafe_compute_mask_ptr_with_draft_token(drafted, bits.ctypes.data, words * 4, len(bits))
         for i, mask in enumerate(masks):
             if mask.error:
-                mask.fill(bits, i)
+                for j in range(positions):
+                    mask.fill(bits, i * positions + j)
         seconds, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
         for mask in masks:  # one call for all: each row is charged its share
             mask.timed(seconds / len(masks), cpu / len(masks))
         return bits
 
     def apply(self, logits, rows: list[int], bits: np.ndarray, width: int):
-        """`logits` ([B, V]) with what each masked row's bits forbid at -inf. Columns past the
-        grammar's vocabulary (`width`: logits wider than the tokenizer) are never allowed."""
+        """`logits` ([B, V], or [B, P, V] with drafts) with what each masked row's bits forbid
+        at -inf. Columns past the grammar's vocabulary (`width`: logits wider than the
+        tokenizer) are never allowed."""
         import mlx.core as mx
 
-        batch, columns = logits.shape
-        full = np.full((batch, bits.shape[1]), -1, dtype=np.int32)
-        full[rows] = bits
+        shape = logits.shape
+        batch, columns = shape[0], shape[-1]
+        positions = 1 if logits.ndim == 2 else shape[1]
+        full = np.full((batch, positions, bits.shape[1]), -1, dtype=np.int32)
+        full[rows] = bits.reshape(len(rows), positions, bits.shape[1])
         word, bit, inside = self._layout(columns, bits.shape[1], width)
-        allowed = (mx.take(mx.array(full), word, axis=1) >> bit) & 1
-        constrained = np.zeros((batch, 1), dtype=bool)
+        allowed = (mx.take(mx.array(full.reshape(batch * positions, -1)), word, axis=1) >> bit) & 1
+        constrained = np.zeros((batch, positions, 1), dtype=bool)
         constrained[rows] = True
-        allowed = (allowed != 0) & (inside | mx.array(~constrained))
+        allowed = (allowed != 0) & (inside | mx.array(~constrained.reshape(batch * positions, 1)))
+        allowed = allowed.reshape(shape)
         return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     def _layout(self, columns: int, words: int, width: int):

@@ -21,12 +21,17 @@ LLM_METRICS = {
     "itl": Histogram("ominix_llm_inter_token_latency_ms", "Mean inter-token latency per request"),
     "running_sequences": Gauge("ominix_llm_running_sequences", "Sequences in the decode batch"),
     "queued_sequences": Gauge("ominix_llm_queued_sequences", "Sequences waiting for a place in the decode batch"),
+    # Speculative decoding (vLLM's spec_decode_num_draft_tokens / _accepted_tokens): the
+    # acceptance rate is accepted / drafted.
+    "draft_tokens": Counter("ominix_llm_spec_decode_draft_tokens", "Drafted tokens the model checked"),
+    "accepted_tokens": Counter("ominix_llm_spec_decode_accepted_tokens", "Drafted tokens the model accepted"),
 }
 
 
 class GenerationMetrics(ModelMetrics):
     def __init__(self):
         super().__init__(LLM_METRICS)
+        self._sampled: dict[str, tuple[int, int]] = {}  # the engines' speculation totals, last sampled
 
     def first_token(self, model: str, seconds: float) -> None:
         self.observe(model, "ttft", seconds * 1000)
@@ -42,6 +47,17 @@ class GenerationMetrics(ModelMetrics):
             self.add(model, "cached_tokens", cached_tokens)
         if completion_tokens > 1:
             self.observe(model, "itl", decode_seconds * 1000 / (completion_tokens - 1))
+
+    def speculation(self, totals: dict[str, tuple[int, int]]) -> None:
+        """{model: (drafted, accepted)} since each engine started: the counters grow by what
+        is new since the last sample (a count that went down is a new engine's, from 0)."""
+        for model, counts in totals.items():
+            last = self._sampled.get(model, (0, 0))
+            for name, value, before in zip(("draft_tokens", "accepted_tokens"), counts, last):
+                grown = value - before if value >= before else value
+                if grown > 0:
+                    self.add(model, name, grown)
+            self._sampled[model] = counts
 
     def sequences(self, counts: dict[str, tuple[int, int]]) -> None:
         """{model: (running, queued)} of the engines the replica holds; a model sampled before
