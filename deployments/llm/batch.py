@@ -24,7 +24,6 @@ from typing import Any, Optional
 
 from deployments.llm.constraints import TokenMask
 from deployments.llm.decode import Decode, Row, TokenEvent
-from deployments.llm.drafts import NgramSettings
 from deployments.llm.prefill import Prefill, PromptEvent
 from deployments.llm.sampler import RowSampler
 
@@ -75,7 +74,7 @@ class Batch:
         prefill_step: int = 2048,
         stream: Any = None,
         mask_width: Optional[int] = None,
-        speculation: Optional[NgramSettings] = None,
+        drafter: Any = None,
     ):
         import mlx.core as mx
 
@@ -85,7 +84,7 @@ class Batch:
         self.stream = stream or mx.default_stream(mx.default_device())
         self.waiting: deque[_Waiting] = deque()
         self.prefill = Prefill(model, prefill_step)
-        self.decode = Decode(model, mask_width=mask_width, speculation=speculation)
+        self.decode = Decode(model, mask_width=mask_width, drafter=drafter)
         self._next_uid = 0
         self.totals = BatchStats()
 

@@ -23,10 +23,14 @@ class SpeculativeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["ngram"] = Field(
+    method: Literal["ngram", "draft"] = Field(
         "ngram",
         description="ngram: prompt lookup, the tokens that followed the latest earlier occurrence of the "
-        "sequence's last tokens in its own context (edits, echoed JSON, quotes)",
+        "sequence's last tokens in its own context (edits, echoed JSON, quotes); draft: a small model with "
+        "the same tokenizer (draft_model) guesses, batched beside the served model",
+    )
+    draft_model: Optional[str] = Field(
+        None, description="method draft: the draft model (built-in id, local directory or Hugging Face repo id)"
     )
     num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens drafted per step, at most")
     prompt_lookup_min: int = Field(2, ge=1, description="ngram: the shortest suffix matched")
@@ -98,14 +102,15 @@ class LLMSlotConfig(SlotModelsConfig):
     speculative: Optional[SpeculativeConfig] = Field(
         None,
         description="Speculative decoding inside the continuous batch (off when unset): "
-        "{method: ngram, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max}",
+        "{method: ngram | draft, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, draft_model}",
     )
 
     def max_ongoing_requests(self) -> int:
         return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
 
-    def engine_config(self, disk_cache_dir: Path | None = None):
-        """The engine's settings; the disk tier only with a directory (the replica's cache dir)."""
+    def engine_config(self, disk_cache_dir: Path | None = None, draft_dir: Path | None = None):
+        """The engine's settings; the disk tier only with a directory (the replica's cache dir);
+        `draft_dir`: speculative decoding's draft model, resolved."""
         from deployments.llm.engine import EngineConfig  # MLX: only where an engine starts
 
         return EngineConfig(
@@ -122,7 +127,7 @@ class LLMSlotConfig(SlotModelsConfig):
             disk_cache_dir=str(disk_cache_dir) if disk_cache_dir else None,
             disk_cache_bytes=self.disk_cache_bytes,
             disk_cache_min_tokens=self.disk_cache_min_tokens,
-            speculative=self.speculative.settings() if self.speculative else None,
+            speculative=self.speculative.settings(draft_dir) if self.speculative else None,
         )
 
     def catalog_entry(self, cache_dir: Path) -> dict:

@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from deployments.llm.constraints import TokenMask
-from deployments.llm.drafts import NgramIndex, NgramSettings
 from deployments.llm.masks import MaskStage
 from deployments.llm.sampler import RowSampler, pick
-from deployments.llm.speculation import verify
+from deployments.llm.speculation import drop_last, verify
 
 
 @dataclass(eq=False)
@@ -49,7 +48,6 @@ class Row:
     generated: int = 0
     context: Any = None  # its tokens as an MLX array for its processors (_Context, made on first use)
     pending_token: Optional[int] = None  # its newest token, settled and not run yet (drafting only)
-    lookup: Optional[NgramIndex] = None  # its prompt-lookup index, with speculative decoding
     drafts: list[int] = field(default_factory=list)  # drafted tokens it ran in the pending step
     drafted: int = 0  # tokens it drafted, and of those the model accepted (for the metrics)
     accepted: int = 0
@@ -86,12 +84,12 @@ class Decode:
         model: Any,
         masks: Optional[MaskStage] = None,
         mask_width: Optional[int] = None,
-        speculation: Optional[NgramSettings] = None,
+        drafter: Any = None,
     ):
         self.model = model
         self.rows: list[Row] = []
         self.cache: list[Any] = []
-        self.speculation = speculation
+        self.drafter = drafter  # speculative decoding's draft stage (deployments/llm/drafts.py), or None
         self.counts = {"drafted": 0, "accepted": 0}  # drafted tokens run, and of those kept
         self._pending: Optional[_Picks] = None
         self._masks = masks or MaskStage()
@@ -113,8 +111,8 @@ class Decode:
         logits = self.model(inputs, cache=cache)
         for row, token in zip(rows, last_tokens):
             row.tokens.append(token)
-            if self.speculation is not None:
-                row.lookup = NgramIndex(self.speculation, row.tokens)
+        if self.drafter is not None:
+            self.drafter.join(rows)
         first = self._select(rows, logits, [None] * len(rows))
         mx.async_eval(first.tokens, *first.logprobs.values())
         self._pending = _concat(self._pending, len(self.rows), first)
@@ -125,6 +123,8 @@ class Decode:
         import mlx.core as mx
 
         self.rows = [self.rows[i] for i in keep]
+        if self.drafter is not None:
+            self.drafter.filter(keep)
         if not keep:
             self.cache, self._pending = [], None
             return
@@ -151,7 +151,7 @@ class Decode:
 
         if not self.rows:
             return []
-        ahead = self.speculation is None and (self._pending is None or self._pending.accepted is None)
+        ahead = self.drafter is None and (self._pending is None or self._pending.accepted is None)
         events: list[TokenEvent] = []
         finished: set[int] = set()
         if not ahead:  # the drafts continue from the newest tokens: settle them first
@@ -179,7 +179,10 @@ class Decode:
         if ahead:
             return self._pending.tokens[:, None], None
         newest = [row.pending_token for row in self.rows]
-        drafts = [self._draft(row, token) for row, token in zip(self.rows, newest)]
+        for row, token in zip(self.rows, newest):
+            if row.mask is not None:
+                row.mask.advance(token)  # the grammar's state the draft is checked from
+        drafts = self._draft(newest)
         width = max(len(d) for d in drafts)
         for row, token, draft in zip(self.rows, newest, drafts):
             row.tokens += [token, *draft]
@@ -189,17 +192,20 @@ class Decode:
         rows = [[t, *d] + [0] * (width - len(d)) for t, d in zip(newest, drafts)]
         return mx.array(rows, dtype=mx.uint32), newest
 
-    def _draft(self, row: Row, newest: int) -> list[int]:
-        """A row's guess of the tokens after `newest` (which its grammar mask consumes now)."""
-        if row.mask is not None:
-            row.mask.advance(newest)
-        if row.lookup is None:
-            return []
-        row.lookup.extend([newest])
-        draft = row.lookup.propose(row.max_tokens - row.generated - 1)
-        if draft and row.mask is not None and not row.mask.error:
-            draft = draft[: row.mask.matcher.validate_tokens(draft)]
-        return draft
+    def _draft(self, newest: list[int]) -> list[list[int]]:
+        """Each row's guess of the tokens after its newest: never past its max_tokens, and cut
+        where its grammar would refuse a token."""
+        if self.drafter is None:
+            return [[] for _ in self.rows]
+        limits = [row.max_tokens - row.generated - 1 for row in self.rows]
+        drafts = self.drafter.propose(self.rows, newest, limits)
+        out = []
+        for row, draft, limit in zip(self.rows, drafts, limits):
+            draft = draft[: max(limit, 0)]
+            if draft and row.mask is not None and not row.mask.error:
+                draft = draft[: row.mask.matcher.validate_tokens(draft)]
+            out.append(draft)
+        return out
 
     def _settle(self, fed: bool, newest: Optional[list[int]] = None) -> tuple[list[TokenEvent], set[int]]:
         """The pending step's picks become events. `fed`: the newest tokens already ran (one
@@ -211,13 +217,13 @@ class Decode:
         accepted = pending.accepted.tolist() if pending.accepted is not None else [0] * len(self.rows)
         if not fed:
             self._drop_rejected(accepted, pending.positions)
+        if self.drafter is not None and not fed:
+            self.drafter.settle(self.rows, [row.drafts[:kept] for row, kept in zip(self.rows, accepted)])
         events, finished = [], set()
         for i, (row, token, kept) in enumerate(zip(self.rows, newest, accepted)):
             generated = row.drafts[:kept] + [token]
             row.accepted += kept
             self.counts["accepted"] += kept
-            if row.lookup is not None:
-                row.lookup.extend(row.drafts[:kept])
             row.drafts = []
             logprobs = pending.logprobs.get(i)
             for j, t in enumerate(generated):
@@ -245,30 +251,10 @@ class Decode:
             self.filter([i for i in range(len(self.rows)) if i not in finished])
 
     def _drop_rejected(self, accepted: list[int], positions: list[int]) -> None:
-        """Row i ran `positions[i]` tokens; it keeps its newest and `accepted[i]` drafted ones.
-        What all rows rejected is trimmed off the end; the rest, per row, rolled out of the
-        cache into its left padding (the way mlx-lm's BatchKVCache finishes a right-padded
-        prefill), so the rows stay aligned."""
-        import mlx.core as mx
-        from mlx_lm.models.cache import dynamic_roll
-
-        if max(positions) == 1:
-            return
-        rejected = [p - 1 - a for p, a in zip(positions, accepted)]
+        """Row i ran `positions[i]` tokens; it keeps its newest and `accepted[i]` drafted ones."""
         for row, a in zip(self.rows, accepted):
             del row.tokens[len(row.tokens) - (len(row.drafts) - a) :]
-        common = min(rejected)
-        for c in self.cache:
-            c.trim(common)
-        shifts = [r - common for r in rejected]
-        if not any(shifts):
-            return
-        shift = mx.array(shifts)
-        for c in self.cache:
-            c.keys = dynamic_roll(c.keys, shift[:, None], axis=2)
-            c.values = dynamic_roll(c.values, shift[:, None], axis=2)
-            c.offset = c.offset - shift
-            c.left_padding = c.left_padding + shift
+        drop_last(self.cache, [p - 1 - a for p, a in zip(positions, accepted)])
 
     def _kept(self, i: int, extra: int) -> tuple[list[Any], list[int]]:
         """A finished row's cache and the tokens it holds, less the `extra` kept drafted

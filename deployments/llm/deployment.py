@@ -49,7 +49,10 @@ class LLMSlot(SlotReplica):
 
     async def start_engine(self, model_id: str, model_dir: Path) -> LLMEngine:
         # The node's replicas share the cache dir, so they share the prompt cache's disk tier.
-        config = self.config.engine_config(disk_cache_dir=self.cache_dir / PROMPT_CACHE_DIR)
+        speculative = self.config.speculative
+        draft = speculative.draft_model if speculative else None
+        draft_dir = await asyncio.to_thread(self.model_dir, draft) if draft else None
+        config = self.config.engine_config(disk_cache_dir=self.cache_dir / PROMPT_CACHE_DIR, draft_dir=draft_dir)
         return await LLMEngine.start(model_id, model_dir, config)
 
     async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:

@@ -1,5 +1,11 @@
-"""Draft proposals for speculative decoding by prompt lookup (n-gram matching): the tokens that
-followed the latest earlier occurrence of a sequence's last n tokens, in its own context.
+"""Draft proposals for speculative decoding. A drafter is a stage of the decode step
+(deployments/llm/decode.py) with four calls: `join` (rows entered the batch), `propose` (each
+row's guess of its next tokens, after its newest), `settle` (how many of each row's drafted
+tokens the model kept) and `filter` (rows left). Two kinds: prompt lookup here, and a small
+draft model (deployments/llm/draft_model.py).
+
+Prompt lookup (n-gram matching): the tokens that followed the latest earlier occurrence of a
+sequence's last n tokens, in its own context.
 
 Agents and coding tools repeat what their context holds (a file rewritten with one change, a
 JSON object echoed back): where the last few tokens occurred before, what followed them then is
@@ -16,19 +22,22 @@ Pure Python: no MLX, no Ray.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
-class NgramSettings:
+class SpeculativeSettings:
+    method: str = "ngram"  # ngram: prompt lookup; draft: a small model (draft_model)
     num_speculative_tokens: int = 4  # tokens proposed per step, at most
-    prompt_lookup_min: int = 2  # the shortest suffix worth matching
-    prompt_lookup_max: int = 4  # the longest suffix tried first
+    prompt_lookup_min: int = 2  # ngram: the shortest suffix worth matching
+    prompt_lookup_max: int = 4  # ngram: the longest suffix tried first
+    draft_model: Optional[str] = None  # draft: the draft model's directory
 
 
 class NgramIndex:
     """One sequence's committed tokens and where each of their n-grams last ended."""
 
-    def __init__(self, settings: NgramSettings, tokens: list[int] = ()):
+    def __init__(self, settings: SpeculativeSettings, tokens: list[int] = ()):
         self.settings = settings
         self.tokens: list[int] = []
         self._ends: dict[tuple[int, ...], int] = {}  # n-gram -> the index just past its latest end
@@ -56,3 +65,29 @@ class NgramIndex:
             if start is not None:
                 return self.tokens[start : start + limit]
         return []
+
+
+class NgramDrafter:
+    """Prompt lookup for every row of the batch: one index per row, of its committed tokens."""
+
+    def __init__(self, settings: SpeculativeSettings):
+        self.settings = settings
+        self.indexes: list[NgramIndex] = []  # aligned with the decode batch's rows
+
+    def join(self, rows: list[Any]) -> None:
+        """Rows whose token lists hold their prompt."""
+        self.indexes += [NgramIndex(self.settings, row.tokens) for row in rows]
+
+    def propose(self, rows: list[Any], newest: list[int], limits: list[int]) -> list[list[int]]:
+        out = []
+        for index, token, limit in zip(self.indexes, newest, limits):
+            index.extend([token])
+            out.append(index.propose(limit))
+        return out
+
+    def settle(self, rows: list[Any], kept: list[list[int]]) -> None:
+        for index, tokens in zip(self.indexes, kept):
+            index.extend(tokens)
+
+    def filter(self, keep: list[int]) -> None:
+        self.indexes = [self.indexes[i] for i in keep]

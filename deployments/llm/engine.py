@@ -40,7 +40,7 @@ from deployments.generation.sampling import SamplingParams
 from deployments.llm.batch import Sequence
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.disk_cache import DiskCache, model_key
-from deployments.llm.drafts import NgramSettings
+from deployments.llm.drafts import SpeculativeSettings
 from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
@@ -70,7 +70,7 @@ class EngineConfig:
     disk_cache_dir: Optional[str] = None  # <cache_dir>/prompt-cache, shared by the node's replicas
     disk_cache_bytes: int = 4 << 30
     disk_cache_min_tokens: int = 256
-    speculative: Optional[NgramSettings] = None  # speculative decoding by prompt lookup; None: off
+    speculative: Optional[SpeculativeSettings] = None  # speculative decoding by prompt lookup; None: off
 
 
 @dataclass
@@ -259,6 +259,7 @@ class LLMEngine(EngineThread[_Request]):
 
     def _release(self) -> None:
         self._batch = None
+        self._draft = None
         if self.prefix_cache is not None:
             self.prefix_cache.close()  # what the writer holds is written before the arrays go
         self.prefix_cache = None
@@ -271,7 +272,7 @@ class LLMEngine(EngineThread[_Request]):
         self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
         self._install_cpu_attention()
-        self._check_speculation()
+        self._load_speculation()
         self.context_length = model_config.get("max_position_embeddings")
         self.vocab_size = (model_config.get("text_config") or model_config).get("vocab_size")
         gen_config = self.model_dir / "generation_config.json"
@@ -289,19 +290,37 @@ class LLMEngine(EngineThread[_Request]):
         self.token_bytes = TokenBytes(self.tokenizer)
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
 
-    def _check_speculation(self) -> None:
-        """Drafted tokens the model rejects are cut out of each row's KV cache: that takes a
-        plain KV cache in every layer (not a sliding window's, nor a recurrent state)."""
-        from mlx_lm.models.cache import KVCache, make_prompt_cache
+    def _load_speculation(self) -> None:
+        """Speculative decoding's needs, checked at load (a replica that cannot serve its
+        setting fails to start, naming both): rejected drafted tokens are cut out of each row's
+        KV cache, which takes a plain KV cache in every layer (not a sliding window's, nor a
+        recurrent state), in the served model and the draft model; a draft model must share
+        the served model's tokenizer."""
+        import mlx_lm
 
-        if self.config.speculative is None:
+        settings = self.config.speculative
+        self._draft = None
+        if settings is None:
             return
-        kinds = {type(c).__name__ for c in make_prompt_cache(self._model) if type(c) is not KVCache}
-        if kinds:
+        _plain_kv_cache(self._model, self.model_id)
+        if settings.method != "draft":
+            return
+        self._draft, draft_tokenizer = mlx_lm.load(settings.draft_model)
+        _plain_kv_cache(self._draft, settings.draft_model)
+        if draft_tokenizer.vocab_size != self.tokenizer.vocab_size or any(
+            draft_tokenizer.encode(text) != self.tokenizer.encode(text) for text in _TOKENIZER_PROBES
+        ):
             raise ValueError(
-                f"llm.speculative: {self.model_id} keeps {', '.join(sorted(kinds))} caches, from which "
-                "rejected drafted tokens cannot be removed; speculative decoding needs a plain KV cache"
+                f"llm.speculative.draft_model: {settings.draft_model} does not share {self.model_id}'s tokenizer"
             )
+        from deployments.llm import dtype_policy
+
+        weights = dtype_policy.inspect_weights(self._draft)
+        decision = dtype_policy.decide(
+            self.config.cpu_dtype, dtype_policy.on_cpu_backend(), weights, self.config.cpu_upcast_max_bytes
+        )
+        if decision.upcast:
+            dtype_policy.upcast(self._draft)
 
     def _disk_tier(self) -> Optional[DiskCache]:
         """The prompt cache's disk tier for this model as loaded (its key names the files, the
@@ -383,8 +402,23 @@ class LLMEngine(EngineThread[_Request]):
             prefill_step=prefill_step(self.config.prefill_step_size),
             stream=stream,
             mask_width=self.vocab_size,
-            speculation=self.config.speculative,
+            drafter=self._drafter(),
         )
+
+    def _drafter(self):
+        """Speculative decoding's draft stage for a new batch (its state is the batch's), or None."""
+        settings = self.config.speculative
+        if settings is None:
+            return None
+        if settings.method == "draft":
+            from deployments.llm.draft_model import DraftModelDrafter
+
+            return DraftModelDrafter(
+                self._draft, settings.num_speculative_tokens, prefill_step(self.config.prefill_step_size)
+            )
+        from deployments.llm.drafts import NgramDrafter
+
+        return NgramDrafter(settings)
 
     def _loop(self, stream) -> None:
         self._batch = self._new_batch(stream)
@@ -783,6 +817,21 @@ class LLMEngine(EngineThread[_Request]):
         if seq.request.logprobs is not None:
             chunk.logprobs, seq.pending_logprobs = seq.pending_logprobs, []
         return chunk
+
+
+# Texts whose tokens a draft model's tokenizer must give as the served model's does.
+_TOKENIZER_PROBES = ("Hello, world!", "def f(x):\n    return x ** 2  # square", "Ünïcödé 日本語 🤗", "<|im_end|>")
+
+
+def _plain_kv_cache(model: Any, name: str) -> None:
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+    kinds = {type(c).__name__ for c in make_prompt_cache(model) if type(c) is not KVCache}
+    if kinds:
+        raise ValueError(
+            f"llm.speculative: {name} keeps {', '.join(sorted(kinds))} caches, from which rejected "
+            "drafted tokens cannot be removed; speculative decoding needs a plain KV cache"
+        )
 
 
 # Prompt tokens per prefill step when the config names none. On MLX's CPU backend a prefill's

@@ -111,27 +111,34 @@ class Prefill:
         return events, sum(len(c) for c in chunks)
 
     def _run(self, chunks: list[list[int]]) -> None:
-        """The chunks through the model, `step` tokens at a time, into the batch cache."""
-        import mlx.core as mx
-
         for p, chunk in zip(self.prompts, chunks):
             p.row.tokens += chunk
-        lengths = [len(c) for c in chunks]
-        longest = max(lengths)
-        padding = [longest - n for n in lengths]
-        if max(padding) > 0:
-            tokens = mx.array([c + [0] * (longest - len(c)) for c in chunks])
-            for c in self.cache:
-                c.prepare(lengths=lengths, right_padding=padding)
-        else:
-            tokens = mx.array(chunks)
-        while tokens.shape[1] > 0:
-            n = min(self.step, tokens.shape[1])
-            self.model(tokens[:, :n], cache=self.cache)
-            mx.eval([c.state for c in self.cache])
-            tokens = tokens[:, n:]
-        if max(padding) > 0:
-            for c in self.cache:
-                c.finalize()
-            mx.eval([c.state for c in self.cache])
-        mx.clear_cache()
+        run_chunks(self.model, self.cache, chunks, self.step)
+
+
+def run_chunks(model: Any, cache: list[Any], chunks: list[list[int]], step: int) -> None:
+    """Each row's chunk through the model into the batch `cache`, `step` tokens at a time;
+    chunks of different lengths right-padded, the cache rolled back into shape after."""
+    import mlx.core as mx
+
+    lengths = [len(c) for c in chunks]
+    longest = max(lengths)
+    if longest == 0:
+        return
+    padding = [longest - n for n in lengths]
+    if max(padding) > 0:
+        tokens = mx.array([c + [0] * (longest - len(c)) for c in chunks])
+        for c in cache:
+            c.prepare(lengths=lengths, right_padding=padding)
+    else:
+        tokens = mx.array(chunks)
+    while tokens.shape[1] > 0:
+        n = min(step, tokens.shape[1])
+        model(tokens[:, :n], cache=cache)
+        mx.eval([c.state for c in cache])
+        tokens = tokens[:, n:]
+    if max(padding) > 0:
+        for c in cache:
+            c.finalize()
+        mx.eval([c.state for c in cache])
+    mx.clear_cache()

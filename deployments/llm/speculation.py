@@ -59,6 +59,30 @@ def verify(samplers: list[RowSampler], logits, logprobs, drafts, lengths) -> Ver
     return Verdict(accepted, token)
 
 
+def drop_last(cache: list[Any], counts: list[int]) -> None:
+    """Drop the last `counts[i]` positions of row i from a batch KV cache (every layer's
+    BatchKVCache). What all rows drop is trimmed off the end; the rest, per row, rolled out
+    into its left padding (as mlx-lm's BatchKVCache finishes a right-padded prefill), so the
+    rows stay aligned on one write index."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import dynamic_roll
+
+    if not counts or not any(counts):
+        return
+    common = min(counts)
+    for c in cache:
+        c.trim(common)
+    shifts = [n - common for n in counts]
+    if not any(shifts):
+        return
+    shift = mx.array(shifts)
+    for c in cache:
+        c.keys = dynamic_roll(c.keys, shift[:, None], axis=2)
+        c.values = dynamic_roll(c.values, shift[:, None], axis=2)
+        c.offset = c.offset - shift
+        c.left_padding = c.left_padding + shift
+
+
 def _leading(ok):
     """The count of leading True values per row."""
     import mlx.core as mx
