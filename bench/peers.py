@@ -57,9 +57,12 @@ class PeerServer:
         self.log.close()
 
 
-def mlx_lm_server(model_dir: Path, tokens: int, log: Path, blas_threads: Optional[int] = None) -> PeerServer:
-    """`blas_threads`: OpenBLAS threads for the server (default: one, as every system gets)."""
-    args = ["mlx_lm", "server", "--model", str(model_dir), "--temp", "0", "--max-tokens", str(tokens)]
+def mlx_lm_server(
+    model_dir: Path, tokens: int, log: Path, blas_threads: Optional[int] = None, extra: tuple[str, ...] = ()
+) -> PeerServer:
+    """`blas_threads`: OpenBLAS threads for the server (default: one, as every system gets);
+    `extra`: more of its arguments (`--draft-model DIR`, say)."""
+    args = ["mlx_lm", "server", "--model", str(model_dir), "--temp", "0", "--max-tokens", str(tokens), *extra]
     env = blas.subprocess_env(blas.select())
     if blas_threads is not None:
         env[blas.THREADS_ENV] = str(blas_threads)

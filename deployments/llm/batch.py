@@ -42,6 +42,7 @@ class Sequence:
     stop_tokens: list[tuple[int, ...]] = field(default_factory=list)  # end-of-sequence, token stop sequences
     mask: Optional[TokenMask] = None
     logprobs: bool = False
+    adapter: int = 0  # its LoRA adapter's index in the batch's adapters stage (0: the base model)
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Batch:
         stream: Any = None,
         mask_width: Optional[int] = None,
         drafter: Any = None,
+        adapters: Any = None,
     ):
         import mlx.core as mx
 
@@ -83,8 +85,8 @@ class Batch:
         self.prefill_batch = prefill_batch
         self.stream = stream or mx.default_stream(mx.default_device())
         self.waiting: deque[_Waiting] = deque()
-        self.prefill = Prefill(model, prefill_step)
-        self.decode = Decode(model, mask_width=mask_width, drafter=drafter)
+        self.prefill = Prefill(model, prefill_step, adapters)
+        self.decode = Decode(model, mask_width=mask_width, drafter=drafter, adapters=adapters)
         self._next_uid = 0
         self.totals = BatchStats()
 
@@ -112,6 +114,7 @@ class Batch:
             StopSequences(seq.stop_tokens or None).matcher(),
             seq.mask,
             seq.logprobs,
+            adapter=seq.adapter,
         )
         cache = seq.cache if seq.cache is not None else make_prompt_cache(self.model)
         self.waiting.append(_Waiting(row, cache, segments))

@@ -37,15 +37,24 @@ class SpeculativeConfig(BaseModel):
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: the longest suffix matched (tried first)")
 
     @model_validator(mode="after")
-    def _ordered(self) -> SpeculativeConfig:
+    def _consistent(self) -> SpeculativeConfig:
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("speculative.prompt_lookup_min must not exceed prompt_lookup_max")
+        if (self.method == "draft") != bool(self.draft_model):
+            raise ValueError("speculative.draft_model is needed by method draft, and only by it")
         return self
 
-    def settings(self):
-        from deployments.llm.drafts import NgramSettings
+    def settings(self, draft_dir: Optional[Path] = None):
+        """The engine's settings; `draft_dir`: the draft model's directory, resolved by the replica."""
+        from deployments.llm.drafts import SpeculativeSettings
 
-        return NgramSettings(self.num_speculative_tokens, self.prompt_lookup_min, self.prompt_lookup_max)
+        return SpeculativeSettings(
+            self.method,
+            self.num_speculative_tokens,
+            self.prompt_lookup_min,
+            self.prompt_lookup_max,
+            str(draft_dir) if draft_dir else None,
+        )
 
 
 class LLMSlotConfig(SlotModelsConfig):

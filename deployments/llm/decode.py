@@ -8,7 +8,8 @@ A step is a short loop of stages:
               log-probabilities; the KV of drafted tokens the model rejected dropped
     draft     with speculative decoding, each row's guess of its next tokens
               (deployments/llm/drafts.py), checked against its grammar
-    forward   the model on each row's newest token and its draft
+    forward   the model on each row's newest token and its draft, each row with its LoRA
+              adapter (the adapters stage binds them)
     select    the logits processors, the grammar masks (deployments/llm/masks.py: computed on the
               host while the forward runs), then each row's pick (deployments/llm/sampler.py) or,
               with a draft, the verdict on it (deployments/llm/speculation.py)
@@ -51,6 +52,7 @@ class Row:
     drafts: list[int] = field(default_factory=list)  # drafted tokens it ran in the pending step
     drafted: int = 0  # tokens it drafted, and of those the model accepted (for the metrics)
     accepted: int = 0
+    adapter: int = 0  # its LoRA adapter's index in the adapters stage (0: the base model)
 
 
 @dataclass
@@ -85,8 +87,10 @@ class Decode:
         masks: Optional[MaskStage] = None,
         mask_width: Optional[int] = None,
         drafter: Any = None,
+        adapters: Any = None,
     ):
         self.model = model
+        self.adapters = adapters  # the LoRA stage: binds each row's adapter before a forward, or None
         self.rows: list[Row] = []
         self.cache: list[Any] = []
         self.drafter = drafter  # speculative decoding's draft stage (deployments/llm/drafts.py), or None
@@ -108,7 +112,7 @@ class Decode:
         from mlx_lm.generate import _extend_cache
 
         inputs = mx.array(last_tokens, dtype=mx.uint32)[:, None]
-        logits = self.model(inputs, cache=cache)
+        logits = self._forward(rows, inputs, cache)
         for row, token in zip(rows, last_tokens):
             row.tokens.append(token)
         if self.drafter is not None:
@@ -160,7 +164,7 @@ class Decode:
             if not self.rows:
                 return events
         inputs, newest = self._feed(ahead)
-        logits = self.model(inputs, cache=self.cache)
+        logits = self._forward(self.rows, inputs, self.cache)
         mx.async_eval(logits)
         if ahead:  # while the forward runs; the newest tokens it takes are now in its cache
             newest = self._pending.tokens.tolist()
@@ -171,6 +175,12 @@ class Decode:
         if ahead:
             self._drop(finished)
         return events
+
+    def _forward(self, rows: list[Row], inputs, cache: list[Any]):
+        """The served model on `inputs` ([B, positions]), each row with its own adapter."""
+        if self.adapters is not None:
+            self.adapters.bind(rows)
+        return self.model(inputs, cache=cache)
 
     def _feed(self, ahead: bool):
         """[B, positions] inputs: each row's newest token, then its draft (padded)."""

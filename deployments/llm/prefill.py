@@ -38,8 +38,9 @@ class _Prompt:
 
 
 class Prefill:
-    def __init__(self, model: Any, step: int):
+    def __init__(self, model: Any, step: int, adapters: Any = None):
         self.model = model
+        self.adapters = adapters  # binds each row's LoRA adapter before a forward (decode.py), or None
         self.step = step
         self.prompts: list[_Prompt] = []
         self.cache: list[Any] = []
@@ -113,6 +114,8 @@ class Prefill:
     def _run(self, chunks: list[list[int]]) -> None:
         for p, chunk in zip(self.prompts, chunks):
             p.row.tokens += chunk
+        if self.adapters is not None:
+            self.adapters.bind(self.rows)
         run_chunks(self.model, self.cache, chunks, self.step)
 
 
