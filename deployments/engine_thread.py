@@ -125,6 +125,26 @@ class _Reply:
         raise NotImplementedError
 
 
+class _Nowhere(_Reply):
+    """The answers of a message nobody waits for (a sharded replica's other ranks replay rank
+    0's requests; only rank 0 answers)."""
+
+    def __init__(self):
+        pass
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        pass
+
+    def send(self, item: Any) -> None:
+        pass
+
+    def finish(self, result: Any) -> None:
+        pass
+
+    def fail(self, error: BaseException) -> None:
+        pass
+
+
 class _FutureReply(_Reply):
     def __init__(self, loop: asyncio.AbstractEventLoop):
         super().__init__(loop)
@@ -273,6 +293,12 @@ class EngineThread(Generic[M]):
         finally:
             if not collector.closed:
                 message.cancelled = True
+
+    @staticmethod
+    def answer_nowhere(message: M) -> M:
+        """A message this thread makes itself and whose answers go nowhere."""
+        message._attach(_Nowhere())
+        return message
 
     def _put(self, message: M) -> None:
         """Queue a message, or raise a 503 at once if the engine will never serve it."""

@@ -77,6 +77,7 @@ class Batch:
         mask_width: Optional[int] = None,
         drafter: Any = None,
         adapters: Any = None,
+        followers: Any = None,
     ):
         import mlx.core as mx
 
@@ -86,7 +87,7 @@ class Batch:
         self.stream = stream or mx.default_stream(mx.default_device())
         self.waiting: deque[_Waiting] = deque()
         self.prefill = Prefill(model, prefill_step, adapters)
-        self.decode = Decode(model, mask_width=mask_width, drafter=drafter, adapters=adapters)
+        self.decode = Decode(model, mask_width=mask_width, drafter=drafter, adapters=adapters, followers=followers)
         self._next_uid = 0
         self.totals = BatchStats()
 

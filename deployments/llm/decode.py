@@ -9,10 +9,11 @@ A step is a short loop of stages:
     draft     with speculative decoding, each row's guess of its next tokens
               (deployments/llm/drafts.py), checked against its grammar
     forward   the model on each row's newest token and its draft, each row with its LoRA
-              adapter (the adapters stage binds them)
+              adapter (the adapters stage binds them); on a sharded replica every rank runs it
     select    the logits processors, the grammar masks (deployments/llm/masks.py: computed on the
               host while the forward runs), then each row's pick (deployments/llm/sampler.py) or,
-              with a draft, the verdict on it (deployments/llm/speculation.py)
+              with a draft, the verdict on it (deployments/llm/speculation.py); on a sharded
+              replica, rank 0's picks shared with the other ranks (deployments/llm/gang.py)
 
 Without drafts the step runs one ahead, as mlx-lm's generator does: the forward of step t+1 is
 dispatched before the host settles step t, so the engine's own per-token work (detokenizing,
@@ -88,8 +89,12 @@ class Decode:
         mask_width: Optional[int] = None,
         drafter: Any = None,
         adapters: Any = None,
+        followers: Any = None,
     ):
         self.model = model
+        # A sharded replica's ranks (deployments/llm/gang.py RoundChannel): rank 0's picks go to
+        # every rank, so all of them run the next step on the same tokens. None: one process.
+        self.followers = followers
         self.adapters = adapters  # the LoRA stage: binds each row's adapter before a forward, or None
         self.rows: list[Row] = []
         self.cache: list[Any] = []
@@ -303,11 +308,19 @@ class Decode:
             logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         samplers = [row.sampler for row in rows]
         if positions == 1:
-            tokens = pick(samplers, logits, logprobs)
-            return _Picks(tokens, None, [1] * len(rows), {i: logprobs[i : i + 1] for i in wanted})
-        drafts = mx.array([row.drafts + [0] * (positions - 1 - len(row.drafts)) for row in rows])
-        verdict = verify(samplers, logits, logprobs, drafts, [len(row.drafts) for row in rows])
-        return _Picks(verdict.token, verdict.accepted, [positions] * len(rows), {i: logprobs[i] for i in wanted})
+            tokens, accepted = pick(samplers, logits, logprobs), None
+        else:
+            drafts = mx.array([row.drafts + [0] * (positions - 1 - len(row.drafts)) for row in rows])
+            verdict = verify(samplers, logits, logprobs, drafts, [len(row.drafts) for row in rows])
+            tokens, accepted = verdict.token, verdict.accepted
+        if self.followers is not None:
+            tokens, accepted = self.followers.picks(tokens, accepted)
+        return _Picks(
+            tokens,
+            accepted,
+            [positions] * len(rows),
+            {i: logprobs[i : i + 1] if positions == 1 else logprobs[i] for i in wanted},
+        )
 
     def _process(self, rows: list[Row], logits):
         """The rows' logits processors (logit_bias, penalties, min_tokens), each position given

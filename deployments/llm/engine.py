@@ -41,6 +41,7 @@ from deployments.llm.batch import Sequence
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.drafts import SpeculativeSettings
+from deployments.llm.gang import Membership, RoundChannel, join_group, load_sharded
 from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
@@ -70,7 +71,8 @@ class EngineConfig:
     disk_cache_dir: Optional[str] = None  # <cache_dir>/prompt-cache, shared by the node's replicas
     disk_cache_bytes: int = 4 << 30
     disk_cache_min_tokens: int = 256
-    speculative: Optional[SpeculativeSettings] = None  # speculative decoding by prompt lookup; None: off
+    speculative: Optional[SpeculativeSettings] = None  # speculative decoding; None: off
+    gang: Optional[Membership] = None  # this engine's rank of a sharded replica; None: the whole model
 
 
 @dataclass
@@ -81,10 +83,11 @@ class Guided:
 
     masks: list[TokenMask]
     json_calls: bool = False
+    grammar: str = ""  # what the masks enforce (a sharded replica's other ranks compile it again)
 
     @classmethod
     def of(cls, plan: Plan, masks: list[TokenMask]) -> Guided:
-        return cls(masks, plan.json_calls)
+        return cls(masks, plan.json_calls, plan.grammar)
 
 
 @dataclass(eq=False)
@@ -109,6 +112,45 @@ class _Request(Message):
     ends_to_share: int = 0
     running: int = 0  # choices started and not finished
     completion_tokens: int = 0
+    # The engine thread's own record of `cancelled` (which the event loop may set at any time):
+    # set between rounds, so every decision of a round sees one answer (and, on a sharded
+    # replica, every rank the same one).
+    abandoned: bool = False
+    rid: int = 0  # its number in this engine, the same on every rank of a sharded replica
+
+    def arrival(self) -> _Arrival:
+        """What another rank needs to run this request as rank 0 runs it."""
+        guided = self.guided
+        return _Arrival(
+            self.rid,
+            self.prompt,
+            self.params,
+            self.tools,
+            self.n,
+            guided.grammar if guided else None,
+            bool(guided and guided.json_calls),
+        )
+
+
+@dataclass
+class _Arrival:
+    rid: int
+    prompt: Prompt
+    params: SamplingParams
+    tools: Optional[list[dict[str, Any]]]
+    n: int
+    grammar: Optional[str]
+    json_calls: bool
+
+
+@dataclass
+class _Round:
+    """What one round of the loop starts with: requests that arrived, the numbers of those
+    abandoned since, and whether the engine stops. A sharded replica's rank 0 shares it."""
+
+    arrivals: list[_Request] = field(default_factory=list)
+    abandoned: list[int] = field(default_factory=list)
+    stop: bool = False
 
 
 @dataclass(eq=False)
@@ -162,6 +204,8 @@ class LLMEngine(EngineThread[_Request]):
         self.token_bytes: Optional[TokenBytes] = None
         self.vocab_size: Optional[int] = None  # the width of the logits
         self._guides = GuideCache()
+        self._channel: Optional[RoundChannel] = None  # a sharded replica's link to its other ranks
+        self._rids = 0  # requests numbered as they arrive
         # Written by the engine thread only; read for status and tests.
         self.stats = {
             "running": 0,
@@ -269,7 +313,13 @@ class LLMEngine(EngineThread[_Request]):
         import mlx_lm
 
         t0 = time.perf_counter()
-        self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
+        gang = self.config.gang
+        if gang is not None:
+            group = join_group(gang)
+            self._model, self.tokenizer, model_config = load_sharded(self.model_dir, group, gang.spec, self.model_id)
+            self._channel = RoundChannel(group)
+        else:
+            self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
         self._install_cpu_attention()
         self._load_speculation()
@@ -327,6 +377,10 @@ class LLMEngine(EngineThread[_Request]):
         dtype served and the chat template), or None when it is not configured."""
         config = self.config
         if not config.disk_cache_dir or config.disk_cache_bytes <= 0:
+            return None
+        if config.gang is not None:
+            # Each rank holds its own shard of a prompt's KV, and a load on one rank alone
+            # would set the ranks apart: a sharded replica keeps its prompt cache in RAM only.
             return None
         from importlib.metadata import version
 
@@ -403,6 +457,7 @@ class LLMEngine(EngineThread[_Request]):
             stream=stream,
             mask_width=self.vocab_size,
             drafter=self._drafter(),
+            followers=self._channel,
         )
 
     def _drafter(self):
@@ -453,6 +508,10 @@ class LLMEngine(EngineThread[_Request]):
             self._at_segment_ends(active, prompt_events)
             return token_events, self._logprobs(active, token_events)
         except Exception as e:
+            if self._channel is not None:
+                # One rank's failed step sets the ranks apart: the gang cannot go on. The thread
+                # ends (its replica's health check says so) and Serve replaces the whole gang.
+                raise
             logger.exception("Batch step failed; failing %d sequences", len(active))
             for request in {seq.request for seq in active.values()}:
                 self._fail(request, server_error(f"Generation failed: {e}"))
@@ -485,6 +544,27 @@ class LLMEngine(EngineThread[_Request]):
 
     def _take_inbox(self, active: dict[int, _Sequence], block: bool) -> bool:
         """Admit new requests and drop abandoned ones. False when the engine must stop."""
+        round_ = self._next_round(active, block)
+        if round_.stop:
+            parked = [r for waiting in self._parked.values() for r in waiting]
+            for running in {seq.request for seq in active.values()} | set(parked):
+                self._fail(running, unloaded(self.model_id))
+            return False
+        live = {r.rid: r for r in self._in_flight(active)}
+        for rid in round_.abandoned:
+            live[rid].abandoned = True
+        for request in round_.arrivals:
+            if not self._park(request):
+                self._start(request, active)
+        self._drop_abandoned(active)
+        return True
+
+    def _next_round(self, active: dict[int, _Sequence], block: bool) -> _Round:
+        """The inbox's news since the last round (waiting for some when `block`); on a sharded
+        replica, shared by rank 0 and replayed by the other ranks."""
+        if self._channel is not None and not self._channel.leads:
+            return self._replay(self._channel.share())
+        round_ = _Round()
         while True:
             try:
                 request = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
@@ -492,16 +572,42 @@ class LLMEngine(EngineThread[_Request]):
                 break
             block = False
             if request is STOP:
-                parked = [r for waiting in self._parked.values() for r in waiting]
-                for running in {seq.request for seq in active.values()} | set(parked):
-                    self._fail(running, unloaded(self.model_id))
-                return False
+                round_.stop = True
+                break
             if request.cancelled:  # abandoned before it started
                 continue
-            if not self._park(request):
-                self._start(request, active)
-        self._drop_cancelled(active)
-        return True
+            self._rids += 1
+            request.rid = self._rids
+            round_.arrivals.append(request)
+        round_.abandoned = [r.rid for r in self._in_flight(active) if r.cancelled and not r.abandoned]
+        if self._channel is not None:
+            self._channel.share((round_.stop, [r.arrival() for r in round_.arrivals], round_.abandoned))
+        return round_
+
+    def _replay(self, shared) -> _Round:
+        """Rank 0's round on another rank: its requests rebuilt, answering nowhere."""
+        stop, arrivals, abandoned = shared
+        requests = []
+        for a in arrivals:
+            guided = None
+            if a.grammar is not None:
+                masks = self._guides.get(self.tokenizer, self.vocab_size).masks(a.grammar, a.n)
+                guided = Guided(masks, a.json_calls, a.grammar)
+            request = _Request(a.prompt, a.params, a.tools, a.n, None, guided)
+            request.rid = a.rid
+            self.answer_nowhere(request)
+            requests.append(request)
+        return _Round(requests, abandoned, stop)
+
+    def _in_flight(self, active: dict[int, _Sequence]) -> list[_Request]:
+        """The requests running or parked, in a fixed order (the same on every rank)."""
+        seen = {}
+        for seq in active.values():
+            seen.setdefault(seq.request.rid, seq.request)
+        for waiting in self._parked.values():
+            for request in waiting:
+                seen.setdefault(request.rid, request)
+        return list(seen.values())
 
     def _start(self, request: _Request, active: dict[int, _Sequence]) -> None:
         try:
@@ -538,7 +644,7 @@ class LLMEngine(EngineThread[_Request]):
     def _unpark(self, key: tuple[int, ...], active: dict[int, _Sequence]) -> None:
         self._prefilling.pop(key, None)
         for request in self._parked.pop(key, []):
-            if request.cancelled:
+            if request.abandoned:
                 continue
             if not self._park(request):  # a new owner may have started for this prompt
                 self._start(request, active)
@@ -550,9 +656,9 @@ class LLMEngine(EngineThread[_Request]):
             if uid not in active:
                 self._unpark(key, active)
 
-    def _drop_cancelled(self, active: dict[int, _Sequence]) -> None:
+    def _drop_abandoned(self, active: dict[int, _Sequence]) -> None:
         """Sequences whose client went away leave the batch before the next step."""
-        gone = [uid for uid, seq in active.items() if seq.request.cancelled]
+        gone = [uid for uid, seq in active.items() if seq.request.abandoned]
         if not gone:
             return
         self._batch.remove(gone)
@@ -759,7 +865,7 @@ class LLMEngine(EngineThread[_Request]):
         logger.error("A constrained sequence left its grammar: %s", seq.mask.error)
         self._count_mask(seq)
         self._fail(seq.request, server_error(f"Constrained generation failed: {seq.mask.error}"))
-        seq.request.cancelled = True
+        seq.request.abandoned = True
         return _FINISHED if finish_reason is not None else _STOPPED_BY_PARSER
 
     def _count_mask(self, seq: _Sequence) -> None:

@@ -1,0 +1,172 @@
+"""A sharded LLM replica's ranks: one model split over several processes (tensor parallel: each
+rank holds a slice of every layer; pipeline parallel: each rank holds some of the layers), all
+of them running the same engine loop in lockstep.
+
+Rank 0 is the Serve replica: it takes the requests. Every round of its engine loop it shares
+what the round brings (requests that arrived, requests abandoned, the stop) with the other
+ranks (`RoundChannel.share`), and every decode step it shares its picks (`RoundChannel.picks`:
+an all-sum to which the others add zeros, inside the step's graph, so it costs no extra wait).
+Everything else the engine decides (admission, parking, the prompt cache's RAM tier, grammar
+masks, stop strings) is a deterministic function of those, so every rank runs the same
+forward passes with the same shapes, as MLX's collectives require. This is mlx_lm.server's
+scheme under `mlx.launch` (it shares each request with pickle over an all-sum), with the picks
+shared instead of a shared random seed: a grammar mask or a seeded sampler then needs to be
+right on rank 0 only.
+
+MLX's distributed backends: `ring` (TCP; the hostfile is built from the ranks' addresses, no
+file for the user to write), `jaccl` (Thunderbolt 5 RDMA between Macs) and `mpi`. mlx-lm
+shards the models (`model.shard(group)`, `model.model.pipeline(group)`); a model that supports
+neither, or sizes its heads or layers do not divide, is refused at load with the model and the
+setting named.
+
+MLX is imported where it is used; no Ray (deployments/llm/gang_actor.py places the ranks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BACKENDS = ("ring", "jaccl", "mpi")
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    """How one replica's model is split, and over which MLX backend its ranks talk."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    backend: str = "ring"
+
+    @property
+    def size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def sharded(self) -> bool:
+        return self.size > 1
+
+
+@dataclass(frozen=True)
+class Membership:
+    """One rank's place in its gang: what the engine thread needs to join the group."""
+
+    spec: GangSpec
+    rank: int
+    hostfile: str  # the ring backend's hostfile (JSON); "" for the others
+
+
+def ring_hostfile(addresses: list[tuple[str, int]]) -> str:
+    """The ring backend's hostfile for ranks at `addresses` (rank order): one list of
+    "ip:port" per rank, as mlx.launch writes it."""
+    return json.dumps([[f"{ip}:{port}"] for ip, port in addresses])
+
+
+def join_group(membership: Membership):
+    """This process's MLX distributed group, as rank `membership.rank`. Blocks until every rank
+    has joined (the ring backend connects to its neighbours)."""
+    import mlx.core as mx
+
+    if membership.spec.backend == "ring":
+        fd, path = tempfile.mkstemp(prefix="ominix-ring-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(membership.hostfile)
+        os.environ["MLX_HOSTFILE"] = path
+    os.environ["MLX_RANK"] = str(membership.rank)
+    group = mx.distributed.init(strict=True, backend=membership.spec.backend)
+    if group.size() != membership.spec.size:
+        raise RuntimeError(f"the {membership.spec.backend} group has {group.size()} ranks, not {membership.spec.size}")
+    return group
+
+
+def check_shardable(model: Any, config: dict, spec: GangSpec, model_id: str) -> None:
+    """Refuse a split the model cannot take, naming the model and the setting."""
+    text = config.get("text_config") or config
+    if spec.tensor_parallel_size > 1 and spec.pipeline_parallel_size > 1:
+        raise ValueError(
+            f"llm.tensor_parallel_size and llm.pipeline_parallel_size: {model_id} would need both at once, "
+            "which takes sub-groups MLX's ring backend does not form; use one of them"
+        )
+    if spec.tensor_parallel_size > 1:
+        tp = spec.tensor_parallel_size
+        if not hasattr(model, "shard"):
+            raise ValueError(f"llm.tensor_parallel_size: mlx-lm cannot shard {model_id} ({config.get('model_type')})")
+        heads = text.get("num_attention_heads")
+        kv_heads = text.get("num_key_value_heads") or heads
+        for name, count in (("attention heads", heads), ("key/value heads", kv_heads)):
+            if count and count % tp:
+                raise ValueError(f"llm.tensor_parallel_size {tp} does not divide {model_id}'s {count} {name}")
+    if spec.pipeline_parallel_size > 1:
+        pp = spec.pipeline_parallel_size
+        if not hasattr(getattr(model, "model", None), "pipeline"):
+            raise ValueError(
+                f"llm.pipeline_parallel_size: mlx-lm cannot pipeline {model_id} ({config.get('model_type')})"
+            )
+        layers = text.get("num_hidden_layers") or len(model.layers)
+        if layers < pp:
+            raise ValueError(f"llm.pipeline_parallel_size {pp} exceeds {model_id}'s {layers} layers")
+
+
+def load_sharded(model_dir: Path, group, spec: GangSpec, model_id: str):
+    """This rank's shard of the model (mlx-lm's sharded_load, from a local directory): loaded
+    lazily, split, and only then evaluated, so a rank reads only the weights its shard keeps."""
+    import mlx.core as mx
+    from mlx_lm.utils import load_model, load_tokenizer
+
+    model, config = load_model(Path(model_dir), lazy=True, strict=False)
+    check_shardable(model, config, spec, model_id)
+    if spec.tensor_parallel_size > 1:
+        model.shard(group)
+    if spec.pipeline_parallel_size > 1:
+        model.model.pipeline(group)
+    mx.eval(model.parameters())
+    tokenizer = load_tokenizer(Path(model_dir), eos_token_ids=config.get("eos_token_id"))
+    mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group))  # every rank loaded
+    return model, tokenizer, config
+
+
+class RoundChannel:
+    """What rank 0 tells the others, in the order all ranks run it (each call is a collective)."""
+
+    def __init__(self, group):
+        self.group = group
+        self.rank = group.rank()
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+    def share(self, obj: Any = None) -> Any:
+        """Rank 0's `obj` (pickled), on every rank. None travels as a size of 0."""
+        import mlx.core as mx
+        import numpy as np
+
+        data = pickle.dumps(obj) if self.leads and obj is not None else b""
+        size = mx.distributed.all_sum(mx.array([len(data)], dtype=mx.int32), group=self.group).item()
+        if size == 0:
+            return None
+        payload = mx.array(np.frombuffer(data, dtype=np.uint8)) if self.leads else mx.zeros((size,), dtype=mx.uint8)
+        received = mx.distributed.all_sum(payload, group=self.group)
+        mx.eval(received)  # on rank 0 too: a collective every rank must run, now, in this order
+        return obj if self.leads else pickle.loads(np.array(received).tobytes())
+
+    def picks(self, *arrays) -> list:
+        """Rank 0's arrays on every rank (the others add zeros), lazily, in the step's graph."""
+        import mlx.core as mx
+
+        out = []
+        for a in arrays:
+            if a is None:
+                out.append(None)
+                continue
+            # The others' zeros are made from their own picks, not from nothing: a collective
+            # with no inputs in the step's graph may run before the forward's, and MLX's
+            # collectives must run in the same order on every rank.
+            mine = a.astype(mx.int32) if self.leads else a.astype(mx.int32) * 0
+            out.append(mx.distributed.all_sum(mine, group=self.group).astype(a.dtype))
+        return out
