@@ -248,6 +248,8 @@ class EngineThread(Generic[M]):
         self._thread = threading.Thread(target=self._run, name=f"mlx-{self.kind}:{model_id}", daemon=True)
         self._closed = False
         self._stopped = False  # the engine loop has ended: nothing put in the inbox is served
+        self.failure: Optional[BaseException] = None  # what ended the engine loop, if it did not just stop
+        self._streams: set[_Collector] = set()  # streams being answered (fail_streams ends them)
         self._put_lock = threading.Lock()  # orders a put against the loop's end and final drain
 
     @classmethod
@@ -283,6 +285,7 @@ class EngineThread(Generic[M]):
         collector = _Collector(asyncio.get_running_loop())
         message._attach(collector)
         self._put(message)
+        self._streams.add(collector)
         try:
             while items := await collector.take():
                 if merge is None:
@@ -291,8 +294,15 @@ class EngineThread(Generic[M]):
                 else:
                     yield items[0] if len(items) == 1 else merge(items)
         finally:
+            self._streams.discard(collector)
             if not collector.closed:
                 message.cancelled = True
+
+    def fail_streams(self, error: BaseException) -> None:
+        """End every stream being answered with `error`, from the event loop: for an engine
+        thread that cannot answer any more (stuck in a collective with a rank that is gone)."""
+        for collector in list(self._streams):
+            collector._close(error)
 
     @staticmethod
     def answer_nowhere(message: M) -> M:
@@ -350,6 +360,9 @@ class EngineThread(Generic[M]):
         self._loaded.set()
         try:
             self._serve()
+        except BaseException as e:
+            self.failure = e
+            raise
         finally:
             with self._put_lock:
                 self._stopped = True

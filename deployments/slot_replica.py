@@ -60,6 +60,7 @@ class SlotReplica:
             warnings=[line for line in [blas.slow_warning(choice), *tools] if line],
             models=self.models,
             idle_policy=IdlePolicy(self.config.idle_unload_s, self.config.keep_default_loaded),
+            ranks=self.ranks,
         )
         self._loaded_gauge = LoadedModelsGauge()
         await self.setup()
@@ -81,6 +82,10 @@ class SlotReplica:
         """The engine's own counters, shown next to the slot metrics in GET /metrics."""
         stats = engine.stats
         return dict(stats) if isinstance(stats, dict) else dict(vars(stats))
+
+    def ranks(self) -> Optional[list[dict]]:
+        """A replica that is several processes (a sharded LLM's gang): each with its node."""
+        return None
 
     def models_dir(self) -> Optional[str]:
         """Local model directories under this path may be loaded too."""
@@ -138,3 +143,7 @@ class SlotReplica:
 
     def check_health(self) -> None:
         self.models.check_health()
+        self.check_gang()
+
+    def check_gang(self) -> None:
+        """A replica of several processes: raise when one of them is gone."""

@@ -100,6 +100,11 @@ class SlotModelsConfig(BaseModel):
         autoscaler sees them. Each slot derives it from its own settings (graphs/omni.py)."""
         raise NotImplementedError
 
+    def placement_options(self, replica_resources: dict) -> dict:
+        """Serve options that place a replica as more than one actor (a placement group per
+        replica: graphs/omni.py); {} for a replica that is one actor."""
+        return {}
+
     def catalog_entry(self, cache_dir: Path) -> dict:
         """What the ingress's model catalog needs of this slot (deployments/ingress/catalog.py)."""
         return {

@@ -104,6 +104,7 @@ def slot_options(slot: Slot, slot_config) -> dict[str, Any]:
         "health_check_period_s": HEALTH_CHECK_PERIOD_S,
         "graceful_shutdown_timeout_s": slot.drain_timeout_s(),
         "ray_actor_options": dict(slot.replica_resources),
+        **slot_config.placement_options(slot.replica_resources),
     }
 
 

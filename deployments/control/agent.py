@@ -74,8 +74,10 @@ class SlotAgent:
         warnings: Optional[list[str]] = None,  # what the replica lacks (a fast BLAS, ffmpeg), with the fix
         models=None,  # the replica's ReplicaModels: idle models are unloaded from it
         idle_policy: IdlePolicy = IdlePolicy(),
+        ranks: Optional[Callable[[], Optional[list[dict]]]] = None,  # a sharded replica's ranks
     ):
         self.slot = slot
+        self._ranks = ranks
         self.control = control
         self._load_default = load_default
         self._unload_all = unload_all
@@ -220,6 +222,7 @@ class SlotAgent:
             blas=blas.select().as_dict(),
             warnings=self.warnings,
             node=node_facts(),
+            ranks=self._ranks() if self._ranks is not None else None,
         )
         await self.control.report.remote(report)
 

@@ -47,6 +47,7 @@ class ReplicaReport(BaseModel):
     blas: Optional[dict] = None  # the BLAS MLX's CPU backend multiplies with (deployments/blas.py)
     warnings: list[str] = []  # what it runs without, with the fix (deployments/system_deps.py)
     node: Optional[dict] = None  # the Ray node it runs on: id, ip, labels (docs/multi-node.md)
+    ranks: Optional[list[dict]] = None  # a sharded LLM replica's ranks and their nodes (docs/multi-node.md)
     seen_at: float = 0.0
     # Serve's state of the replica when Control answered (RUNNING, STARTING...; None: unknown):
     # set by Control from Serve, never by the replica, which cannot know whether Serve routes to it.

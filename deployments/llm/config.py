@@ -114,6 +114,65 @@ class LLMSlotConfig(SlotModelsConfig):
         "{method: ngram | draft, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, draft_model}",
     )
 
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="Ranks each replica's model is split over, a slice of every layer each (mlx-lm's model.shard); "
+        "above 1 a replica is a gang of that many processes (docs/multi-node.md)",
+    )
+    pipeline_parallel_size: int = Field(
+        1, ge=1, description="Ranks each replica's model is split over, some of its layers each (mlx-lm's pipeline)"
+    )
+    distributed_backend: Literal["ring", "jaccl", "mpi"] = Field(
+        "ring",
+        description="MLX's backend between a gang's ranks: ring (TCP, its hostfile built at start), jaccl "
+        "(Thunderbolt 5 RDMA between Macs), mpi",
+    )
+    placement_strategy: Literal["STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK"] = Field(
+        "STRICT_SPREAD",
+        description="Where a gang's ranks go: STRICT_SPREAD gives each a machine's memory of its own; PACK or "
+        "STRICT_PACK puts them on one (tests on one machine)",
+    )
+    rank_resources: dict[str, float] = Field(
+        default_factory=lambda: {"CPU": 0.1, "memory": float(1 << 30)},
+        description="What each of a gang's other ranks reserves (Ray resources; `memory` in bytes: its shard's size)",
+    )
+    rank_label_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Ray node labels every rank of a gang, the replica's too, must match (docs/multi-node.md)",
+    )
+    rank_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="A gang's round (one step of every rank) taking longer than this means a rank is gone: the "
+        "replica turns unhealthy and Serve replaces the whole gang",
+    )
+
+    @model_validator(mode="after")
+    def _one_model_per_gang(self) -> LLMSlotConfig:
+        # A process joins one MLX group, whose ranks hold one model's shards.
+        if self.gang().sharded:
+            self.max_models_per_replica = 1
+        return self
+
+    def gang(self):
+        from deployments.llm.gang import GangSpec
+
+        return GangSpec(self.tensor_parallel_size, self.pipeline_parallel_size, self.distributed_backend)
+
+    def placement_options(self, replica_resources: dict) -> dict:
+        """A gang replica is a placement group: the replica (rank 0) in the first bundle, each
+        other rank in one of its own (Ray Serve LLM's layout for vLLM on NVIDIA)."""
+        size = self.gang().size
+        if size == 1:
+            return {}
+        first = {"CPU": replica_resources.get("num_cpus", 0), "memory": replica_resources.get("memory", 0)}
+        bundles = [{k: v for k, v in first.items() if v}] + [dict(self.rank_resources)] * (size - 1)
+        options = {"placement_group_bundles": bundles, "placement_group_strategy": self.placement_strategy}
+        if self.rank_label_selector:
+            options["placement_group_bundle_label_selector"] = [dict(self.rank_label_selector)]
+        return options
+
     def max_ongoing_requests(self) -> int:
         return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
 

@@ -23,6 +23,7 @@ from deployments.llm.disk_cache import PROMPT_CACHE_DIR, clear_all
 from deployments.llm.engine import LLMEngine
 from deployments.llm.metrics import GenerationMetrics
 from deployments.llm.prompts import Prompt, chat_prompt, completion_prompt
+from deployments.llm.ranks import Gang
 from deployments.llm.slot import SLOT
 from deployments.protocol.generation import GenerationChunk
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
@@ -47,13 +48,30 @@ class LLMSlot(SlotReplica):
     ]
     metrics_class = GenerationMetrics
 
+    async def setup(self) -> None:
+        # A sharded model: this replica is rank 0 of a gang whose other ranks it starts in its
+        # placement group (deployments/llm/ranks.py).
+        spec = self.config.gang()
+        self.gang = (
+            Gang(spec, self.config.model_dump(), self.cache_dir, self.config.rank_timeout_s) if spec.sharded else None
+        )
+
     async def start_engine(self, model_id: str, model_dir: Path) -> LLMEngine:
         # The node's replicas share the cache dir, so they share the prompt cache's disk tier.
         speculative = self.config.speculative
         draft = speculative.draft_model if speculative else None
         draft_dir = await asyncio.to_thread(self.model_dir, draft) if draft else None
         config = self.config.engine_config(disk_cache_dir=self.cache_dir / PROMPT_CACHE_DIR, draft_dir=draft_dir)
+        if self.gang is not None:
+            return await self.gang.start_engine(model_id, model_dir, config)
         return await LLMEngine.start(model_id, model_dir, config)
+
+    def ranks(self) -> list[dict] | None:
+        return self.gang.describe() if self.gang is not None else None
+
+    def check_gang(self) -> None:
+        if self.gang is not None:
+            self.gang.check()
 
     async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = await self.engine()

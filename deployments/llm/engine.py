@@ -206,6 +206,7 @@ class LLMEngine(EngineThread[_Request]):
         self._guides = GuideCache()
         self._channel: Optional[RoundChannel] = None  # a sharded replica's link to its other ranks
         self._rids = 0  # requests numbered as they arrive
+        self.round_began: Optional[float] = None  # monotonic time the running round began (a gang's watchdog)
         # Written by the engine thread only; read for status and tests.
         self.stats = {
             "running": 0,
@@ -482,19 +483,29 @@ class LLMEngine(EngineThread[_Request]):
         # start with it, parked until its cache is kept (_park).
         self._prefilling: dict[tuple[int, ...], int] = {}
         self._parked: dict[tuple[int, ...], list[_Request]] = {}
-        while True:
-            with self.replies_batched():
-                if not self._round(active, stream):
-                    return
+        try:
+            while True:
+                with self.replies_batched():
+                    if not self._round(active, stream):
+                        return
+        except BaseException as e:
+            # A sharded replica's failed round (a rank gone): whoever waits hears it, and the
+            # thread ends (its replica's health check then fails).
+            error = APIError(503, f"The model's engine stopped: {type(e).__name__}: {e}", "service_unavailable")
+            for request in self._in_flight(active):
+                self._fail(request, error)
+            raise
 
     def _round(self, active: dict[int, _Sequence], stream) -> bool:
         """Admit and drop requests, run one batch step, hand each token to its sequence.
         False when the engine must stop."""
+        self.round_began = None  # waiting for work is no round
         if not self._take_inbox(active, block=not active):
             return False
         self._unpark_orphans(active)
         if not active:
             return True
+        self.round_began = time.monotonic()
         stepped = self._step(active, stream)
         if stepped is not None:
             self._deliver(active, *stepped)
@@ -581,6 +592,7 @@ class LLMEngine(EngineThread[_Request]):
             round_.arrivals.append(request)
         round_.abandoned = [r.rid for r in self._in_flight(active) if r.cancelled and not r.abandoned]
         if self._channel is not None:
+            self.round_began = time.monotonic()  # the share waits for every rank
             self._channel.share((round_.stop, [r.arrival() for r in round_.arrivals], round_.abandoned))
         return round_
 

@@ -112,6 +112,14 @@ def check_shardable(model: Any, config: dict, spec: GangSpec, model_id: str) -> 
             raise ValueError(f"llm.pipeline_parallel_size {pp} exceeds {model_id}'s {layers} layers")
 
 
+def check_model_dir(model_dir: Path, spec: GangSpec, model_id: str) -> None:
+    """check_shardable on a model directory, reading no weights."""
+    from mlx_lm.utils import load_model
+
+    model, config = load_model(Path(model_dir), lazy=True, strict=False)
+    check_shardable(model, config, spec, model_id)
+
+
 def load_sharded(model_dir: Path, group, spec: GangSpec, model_id: str):
     """This rank's shard of the model (mlx-lm's sharded_load, from a local directory): loaded
     lazily, split, and only then evaluated, so a rank reads only the weights its shard keeps."""

@@ -38,6 +38,8 @@ class ReplicaView(BaseModel):
     blas: Optional[dict[str, Any]] = None
     warnings: list[str] = []  # what the replica runs without (a fast BLAS, ffmpeg), with the fix
     node: Optional[dict[str, Any]] = None  # {"id", "ip", "labels"}: where Ray placed it (docs/multi-node.md)
+    # A sharded LLM replica's ranks, rank 0 (the replica) first: {"rank", "node_id", "ip", "port"}
+    ranks: Optional[list[dict[str, Any]]] = None
     serve_state: Optional[str] = None  # Serve's state of it (RUNNING: requests reach it; STARTING...)
 
 
