@@ -74,14 +74,17 @@ def _write_tokenizer(out: Path, config: dict = MODEL_CONFIG) -> None:
 
 
 def _write_weights(out: Path, config: dict = MODEL_CONFIG, zero_logit_tokens: tuple[int, ...] = ()) -> None:
-    """Random weights for `config`. Tokens in `zero_logit_tokens` get an all-zero output row
-    (needs untied embeddings): their logit is always 0, below the greedy winner."""
+    """Random weights for `config` (its `model_type`: an mlx-lm architecture). Tokens in
+    `zero_logit_tokens` get an all-zero output row (needs untied embeddings): their logit is
+    always 0, below the greedy winner."""
+    import importlib
+
     import mlx.core as mx
     from mlx.utils import tree_flatten
-    from mlx_lm.models.qwen3 import Model, ModelArgs
 
+    architecture = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
     mx.random.seed(0)
-    model = Model(ModelArgs.from_dict(config))
+    model = architecture.Model(architecture.ModelArgs.from_dict(config))
     # Scale weights up from the default init so greedy decoding has clear winners:
     # with near-flat logits, float rounding differences between a batched and a single
     # forward pass could flip an argmax, and batching must not change greedy output.

@@ -1,0 +1,101 @@
+"""A sharded engine's ranks (deployments/llm/gang.py) under `mlx.launch` over MLX's ring backend on
+loopback, without Ray: tensor parallel (the tiny Qwen3 on 2 ranks) and pipeline parallel (a tiny
+Ministral 3 on 2 ranks) answer, greedy, as the whole model does: chat, a JSON schema, a forced
+tool call, n=2 and log-probabilities in one batch. And the splits a model cannot take."""
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deployments.llm.engine import EngineConfig, LLMEngine
+from deployments.llm.gang import GangSpec, check_model_dir, ring_hostfile
+from tests.gang_requests import answer
+from tests.tiny_pipeline_model import ensure_tiny_pipeline_model
+
+ROOT = Path(__file__).resolve().parents[3]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 6}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,
+}
+NO_THINKING = {"enable_thinking": False}
+REQUESTS = [
+    {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 12, "temperature": 0, "logprobs": True},
+    {
+        "messages": [{"role": "user", "content": "A JSON answer"}],
+        "max_tokens": 40,
+        "temperature": 0,
+        "chat_template_kwargs": NO_THINKING,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+    },
+    {
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "max_tokens": 120,
+        "temperature": 0,
+        "chat_template_kwargs": NO_THINKING,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+    },
+    {"messages": [{"role": "user", "content": "Twice"}], "max_tokens": 8, "temperature": 0, "n": 2},
+]
+
+
+def sharded_answers(model_dir: Path, split: str, ranks: int) -> list:
+    launch = Path(sys.executable).parent / "mlx.launch"
+    command = [str(launch), "-n", str(ranks), "--backend", "ring", "--python", sys.executable]
+    command += [str(ROOT / "tests" / "gang_ranks.py"), str(model_dir), split, json.dumps(REQUESTS)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("ANSWERS ")]
+    assert run.returncode == 0 and lines, run.stdout[-2000:] + run.stderr[-3000:]
+    return json.loads(lines[0][len("ANSWERS ") :])
+
+
+async def whole_answers(model_dir: Path) -> list:
+    engine = await LLMEngine.start("whole", model_dir, EngineConfig())
+    try:
+        return json.loads(json.dumps(await asyncio.gather(*(answer(engine, r) for r in REQUESTS))))
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("split", ["tensor=2", "pipeline=2"])
+async def test_a_sharded_engine_answers_as_the_whole_model(split, tiny_llm_dir, cache_dir):
+    model_dir = tiny_llm_dir if split.startswith("tensor") else ensure_tiny_pipeline_model(cache_dir)
+    whole = await whole_answers(model_dir)
+    sharded = await asyncio.to_thread(sharded_answers, model_dir, split, 2)
+    assert [[c["content"] for c in a] for a in sharded] == [[c["content"] for c in a] for a in whole]
+    assert [[c["calls"] for c in a] for a in sharded] == [[c["calls"] for c in a] for a in whole]
+    assert sharded[2][0]["calls"] and json.loads(sharded[1][0]["content"]).keys() == {"ok", "n"}
+    assert [t for t, _ in sharded[0][0]["logprobs"]] == [t for t, _ in whole[0][0]["logprobs"]]
+    assert [v for _, v in sharded[0][0]["logprobs"]] == pytest.approx([v for _, v in whole[0][0]["logprobs"]], abs=2e-3)
+
+
+def test_splits_a_model_cannot_take_are_refused_naming_the_model_and_the_setting(tiny_llm_dir, smollm2_dir):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size 3 does not divide tiny's 4 attention heads"):
+        check_model_dir(tiny_llm_dir, GangSpec(tensor_parallel_size=3), "tiny")
+    with pytest.raises(ValueError, match=r"pipeline_parallel_size: mlx-lm cannot pipeline tiny \(qwen3\)"):
+        check_model_dir(tiny_llm_dir, GangSpec(pipeline_parallel_size=2), "tiny")
+    with pytest.raises(ValueError, match="use one of them"):
+        check_model_dir(tiny_llm_dir, GangSpec(tensor_parallel_size=2, pipeline_parallel_size=2), "tiny")
+    check_model_dir(smollm2_dir, GangSpec(tensor_parallel_size=3), "smollm2")  # 9 heads, 3 KV heads
+
+
+def test_the_ring_hostfile_lists_one_address_per_rank():
+    assert json.loads(ring_hostfile([("10.0.0.1", 5000), ("10.0.0.2", 5001)])) == [["10.0.0.1:5000"], ["10.0.0.2:5001"]]
