@@ -51,6 +51,7 @@ EXTRA_SCENARIOS = (
     "structured",
     "engine",
     "speculative",
+    "sharded",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

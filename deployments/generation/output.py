@@ -62,6 +62,9 @@ class OutputParser:
         if self.stopped:
             out.stopped = True
             return out
+        if not self._buf and not self._rules[self.state] and not self._strip_leading_newlines:
+            self._emit(text, out)  # nothing to look for in this state: the text as it comes
+            return out
         self._buf += text
         while True:
             found = self._first_marker()

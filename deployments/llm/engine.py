@@ -853,9 +853,10 @@ class LLMEngine(EngineThread[_Request]):
         if parsed.stopped:
             finish_reason = "stop"
         if finish_reason is None:
-            chunk = self._chunk(seq, parsed)
-            if not chunk.is_empty():
-                self._send(seq.request, self._with_logprobs(seq, chunk))
+            if parsed.content or parsed.reasoning or parsed.tool_texts:  # else the text is held back
+                chunk = self._chunk(seq, parsed)
+                if not chunk.is_empty():
+                    self._send(seq.request, self._with_logprobs(seq, chunk))
             return _RUNNING
         tail = seq.parser.finish()
         merged = ParsedText(
