@@ -137,7 +137,7 @@ def served(http: httpx.Client, prefix: str, requests: list[dict]) -> list:
         assert r.status_code == 200, r.text
         message = r.json()["choices"][0]["message"]
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []]
-        return message["content"] or "", calls
+        return message.get("content") or "", calls
 
     async def all_of_them():
         async with httpx.AsyncClient(base_url=str(http.base_url), timeout=600) as client:
@@ -207,7 +207,8 @@ def rank_pid(cluster: Cluster, rank: int) -> int:
         timeout=60,
     )
     actors = json.loads(out.stdout)
-    (pid,) = [a["pid"] for a in actors if (a.get("name") or "").endswith(f":rank-{rank}") and "ominix_LLM" in a["name"]]
+    names = {a.get("name") or "": a["pid"] for a in actors}
+    (pid,) = [pid for name, pid in names.items() if "::ominix#LLM#" in name and name.endswith(f":rank-{rank}")]
     return pid
 
 
