@@ -1,0 +1,98 @@
+"""WebSocket mode of `/v1/responses` (docs/api/responses.md#websocket-mode): one connection,
+any number of responses one after the other, each started by a `response.create` message and
+answered with the same stream events as HTTP's SSE (`Turn.events`, serving/responses.py: one
+code path for both transports), unframed, one JSON message per event.
+
+What the socket adds to HTTP:
+- it keeps its last completed response (stored or not) in connection-local memory, so a turn
+  with that `previous_response_id` continues without the record store: a `store: false` chain
+  continues on its own socket and nowhere else (a new socket answers previous_response_not_found);
+  older or stored ids are read from the record store as over HTTP;
+- a continuation that fails (4xx or 5xx, before or while it streams) forgets the response it
+  continued, as the spec requires: a later turn naming it is previous_response_not_found unless
+  it was stored;
+- turns run in the order they arrive, one at a time (the next message is read when a turn
+  ends); a client that leaves mid-turn stops its generation;
+- a connection lasts at most an hour: then the error `websocket_connection_limit_reached`, and
+  the server closes it.
+Authentication is the ingress middleware's, as on the other WebSockets (header or subprotocol).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Optional
+
+from fastapi import WebSocket
+from fastapi.exceptions import RequestValidationError
+
+from deployments.ingress.errors import from_exception, validate_body, validation_error
+from deployments.ingress.serving.responses import Recent, ServingResponses, Turn
+from deployments.ingress.state import IngressState
+from deployments.protocol.responses import ResponsesRequest
+from deployments.protocol.responses_socket import (
+    CONNECTION_LIMIT_S,
+    connection_limit_reached,
+    create_request,
+    error_envelope,
+)
+
+logger = logging.getLogger("ray.serve")
+
+
+class ResponsesSocket:
+    """One WebSocket on /v1/responses: its turns, and the response it may continue from."""
+
+    def __init__(self, websocket: WebSocket, state: IngressState):
+        self.ws = websocket
+        self.serving = ServingResponses(state)
+        self.session_header = websocket.headers.get("x-session-id")
+        self.deadline = time.monotonic() + CONNECTION_LIMIT_S
+        self.recent: Optional[Recent] = None
+
+    async def serve(self) -> None:
+        """Turns until the client leaves or the connection's time is up."""
+        while True:
+            left = self.deadline - time.monotonic()
+            try:
+                text = await asyncio.wait_for(self.ws.receive_text(), left) if left > 0 else None
+            except TimeoutError:
+                text = None
+            if text is None:
+                await self.ws.send_json(error_envelope(connection_limit_reached()))
+                await self.ws.close(1000)
+                return
+            await self.turn(text)
+
+    async def turn(self, text: str) -> None:
+        previous = None
+        try:
+            request = validate_body(ResponsesRequest, create_request(text))
+            previous = request.previous_response_id
+            turn, generation = await self.serving.open_turn(request, self.session_header, self.recent)
+        except Exception as e:  # nothing began: the spec's error envelope
+            error = validation_error(e) if isinstance(e, RequestValidationError) else from_exception(e)
+            self.forget(previous)
+            await self.ws.send_json(error_envelope(error))
+            return
+        await self.stream(turn, turn.events(generation))
+        if turn.final is not None and turn.final["status"] == "failed":
+            self.forget(previous)
+        else:
+            self.recent = turn.recent() or self.recent
+
+    async def stream(self, turn: Turn, events) -> None:
+        """The turn's events, each a message; leaving early (the client gone) closes the
+        generation, which stops it on its replica."""
+        async with contextlib.aclosing(events):
+            async for event in events:
+                await self.ws.send_json(event)
+
+    def forget(self, response_id: Optional[str]) -> None:
+        """A failed continuation evicts the response it continued (the spec's rule)."""
+        if response_id is not None and self.recent is not None and self.recent.response_id == response_id:
+            self.recent = None
+            logger.info("Responses WebSocket: a failed continuation forgot %s", response_id)
