@@ -7,7 +7,9 @@ authentication as on the other sockets)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
@@ -325,3 +327,24 @@ def test_a_tool_call_streams_over_the_socket(app, slots):
         events = turn(ws)
     assert event_problems(events) == []
     assert events[-1]["response"]["output"][0]["type"] == "function_call"
+
+
+def test_a_client_that_leaves_mid_turn_stops_its_generation(app, slots):
+    """Seen when it leaves, not when the next event would be sent: the next chunk here would
+    come only after 30 s, and the generation is stopped long before."""
+
+    def first_then_slow(request, *images, model=None):
+        first, *rest = fakes.generation("Hello there")(request, model=model)
+        return itertools.chain([first], fakes.slowly(lambda *a, model=None: rest, 30.0)(request))
+
+    slots["llm"].answers["chat"] = first_then_slow
+    with TestClient(app).websocket_connect("/v1/responses") as ws:
+        ws.send_text(create(input="Talk a lot."))
+        while ws.receive_json()["type"] != "response.output_text.delta":  # the first chunk's last event
+            pass
+    stream = slots["llm"].streams[-1]
+    for _ in range(40):
+        if stream.cancelled:
+            break
+        time.sleep(0.05)
+    assert stream.cancelled and not stream.finished

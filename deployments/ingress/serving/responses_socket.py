@@ -11,8 +11,8 @@ What the socket adds to HTTP:
 - a continuation that fails (4xx or 5xx, before or while it streams) forgets the response it
   continued, as the spec requires: a later turn naming it is previous_response_not_found unless
   it was stored;
-- turns run in the order they arrive, one at a time (the next message is read when a turn
-  ends); a client that leaves mid-turn stops its generation;
+- turns run in the order they arrive, one at a time (messages sent meanwhile wait); a client
+  that leaves mid-turn stops its generation;
 - a connection lasts at most an hour: then the error `websocket_connection_limit_reached`, and
   the server closes it.
 Authentication is the ingress middleware's, as on the other WebSockets (header or subprotocol).
@@ -26,7 +26,7 @@ import logging
 import time
 from typing import Optional
 
-from fastapi import WebSocket
+from fastapi import WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 
 from deployments.ingress.errors import from_exception, validate_body, validation_error
@@ -41,6 +41,7 @@ from deployments.protocol.responses_socket import (
 )
 
 logger = logging.getLogger("ray.serve")
+TIMED_OUT = "\x00timed out"  # the connection's time ran out while waiting for a message
 
 
 class ResponsesSocket:
@@ -52,20 +53,54 @@ class ResponsesSocket:
         self.session_header = websocket.headers.get("x-session-id")
         self.deadline = time.monotonic() + CONNECTION_LIMIT_S
         self.recent: Optional[Recent] = None
+        self.inbox: asyncio.Queue[Optional[str]] = asyncio.Queue()  # None: the client left
+        self.gone = asyncio.Event()
 
     async def serve(self) -> None:
-        """Turns until the client leaves or the connection's time is up."""
-        while True:
-            left = self.deadline - time.monotonic()
-            try:
-                text = await asyncio.wait_for(self.ws.receive_text(), left) if left > 0 else None
-            except TimeoutError:
-                text = None
-            if text is None:
-                await self.ws.send_json(error_envelope(connection_limit_reached()))
-                await self.ws.close(1000)
-                return
-            await self.turn(text)
+        """Turns until the client leaves or the connection's time is up. A reader task takes the
+        client's messages as they come: the next turn waits in `inbox` while one runs, and a
+        client that leaves mid-turn is seen at once (its turn is cancelled, which stops the
+        generation on its replica), not at the next event sent."""
+        reader = asyncio.create_task(self.read())
+        try:
+            while True:
+                left = self.deadline - time.monotonic()
+                try:
+                    text = await asyncio.wait_for(self.inbox.get(), left) if left > 0 else TIMED_OUT
+                except TimeoutError:
+                    text = TIMED_OUT
+                if text is None:  # the client left
+                    return
+                if text is TIMED_OUT:
+                    await self.ws.send_json(error_envelope(connection_limit_reached()))
+                    await self.ws.close(1000)
+                    return
+                if not await self.until_gone(self.turn(text)):
+                    return
+        finally:
+            reader.cancel()
+
+    async def read(self) -> None:
+        try:
+            while True:
+                await self.inbox.put(await self.ws.receive_text())
+        except (WebSocketDisconnect, RuntimeError):  # RuntimeError: receiving after a close
+            self.gone.set()
+            await self.inbox.put(None)
+
+    async def until_gone(self, work) -> bool:
+        """`work` run to its end (True), or cancelled when the client leaves first (False)."""
+        task = asyncio.create_task(work)
+        gone = asyncio.create_task(self.gone.wait())
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await task
+            return False
+        task.result()
+        return True
 
     async def turn(self, text: str) -> None:
         previous = None
