@@ -171,6 +171,21 @@ async def test_compact_continues_a_stored_response(http, slots):
     assert r.status_code == 200 and "User: My name is Ada." in chat_request(slots).messages[1].content
 
 
+async def test_a_conversation_past_the_context_is_summarised_from_its_latest_turns(http, slots):
+    def short_context(request, *images, model=None):
+        if "Remember the code word" in request.messages[1].content:
+            raise APIError(
+                400, "The prompt has 9000 tokens", "invalid_request_error", "messages", "context_length_exceeded"
+            )
+        return summary_answer(request, model=model)
+
+    slots["llm"].answers["chat"] = short_context
+    r = await http.post("/v1/responses/compact", json={"model": MODEL, "input": CONVERSATION})
+    assert r.status_code == 200 and compaction_problems(r.json()) == [], r.text
+    assert chat_request(slots).messages[1].content == "User: Compress this."
+    assert len([i for i in r.json()["output"] if i["type"] == "message"]) == 2  # every user message kept
+
+
 @pytest.mark.parametrize(
     "body, param",
     [

@@ -22,7 +22,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple, Optional
 
 from fastapi.exceptions import RequestValidationError
@@ -98,7 +98,13 @@ class ServingResponses:
             self._check_storable(conversation)
         # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
         named = request.prompt_cache_key or request.user or session_header
-        generation = await self._open_fitting(request, conversation, session_header, None if named else chain)
+        generation = await self._open_fitting(
+            lambda items: chat_body(request, items),
+            conversation,
+            request.truncation == "auto",
+            session_header,
+            None if named else chain,
+        )
         turn = Turn(self, request, new_id("resp"), conversation, added, chain or generation.affinity, generation)
         return turn, generation
 
@@ -148,7 +154,10 @@ class ServingResponses:
         items = history + normalise_items(request.input_items())
         if not items:
             raise invalid_request("input: the conversation to compact has no items", "input")
-        generation = await self._open(summary_chat_body(request, items), session_header, chain)
+        # A conversation past the model's context is summarised from its latest turns that fit.
+        generation = await self._open_fitting(
+            lambda turns: summary_chat_body(request, turns), items, True, session_header, chain
+        )
         choices, usage = collect_choices([chunk async for chunk in generation.chunks])
         summary = choices.get(0, GenerationChunk()).content.strip()
         output = compacted_window(items, compaction_item(new_id("cmp"), summary))
@@ -156,23 +165,24 @@ class ServingResponses:
 
     async def _open_fitting(
         self,
-        request: ResponsesRequest,
+        chat_for: Callable[[list[dict[str, Any]]], dict[str, Any]],
         conversation: list[dict[str, Any]],
+        truncate: bool,
         session_header: Optional[str],
         affinity: Optional[str],
     ) -> ChatGeneration:
-        """The answer opened; with `truncation: "auto"`, a conversation the model's context
-        cannot hold is sent again without its oldest turn until it fits (the LLM slot refuses an
-        overlong prompt before it generates: each try is one tokenization). What is stored is
-        the whole conversation."""
+        """The chat request `chat_for` makes of the conversation, opened; with `truncate`
+        (`truncation: "auto"`; a compaction), a conversation the model's context cannot hold is
+        sent again without its oldest turn until it fits (the LLM slot refuses an overlong prompt
+        before it generates: each try is one tokenization). What is stored is the whole
+        conversation."""
         first = 0
         while True:
-            chat = chat_body(request, from_turn(conversation, first))
             try:
-                return await self._open(chat, session_header, affinity)
+                return await self._open(chat_for(from_turn(conversation, first)), session_header, affinity)
             except APIError as e:
                 full = e.code == "context_length_exceeded"
-                if not full or request.truncation != "auto" or first + 1 >= user_turns(conversation):
+                if not full or not truncate or first + 1 >= user_turns(conversation):
                     raise
                 first += 1
                 logger.info("Response: the conversation is past the context; left out its turn %d", first)
