@@ -18,12 +18,12 @@ import base64
 import binascii
 import json
 import time
-from typing import Any, ClassVar, Optional, Union
-
-from pydantic import Field, StrictStr, model_validator
+from typing import TYPE_CHECKING, Any, Optional
 
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.openai import RefusingRequest
+
+if TYPE_CHECKING:  # responses.py imports this module: its request type only for the annotation
+    from deployments.protocol.responses import CompactRequest
 
 # The summary's length: a window's compaction item is meant to be small next to what it replaces.
 SUMMARY_MAX_TOKENS = 512
@@ -35,33 +35,6 @@ SUMMARY_PROMPT = (
 )
 # How a summary reads in the system prompt of a request whose input holds a compaction item.
 SUMMARY_HEADING = "Summary of the earlier conversation:"
-
-
-class CompactRequest(RefusingRequest):
-    """The body of POST /v1/responses/compact (the spec's CompactResponseMethodPublicBody)."""
-
-    model: StrictStr = Field(..., min_length=1, description="The model that writes the summary (required)")
-    input: Union[str, list[dict[str, Any]], None] = None
-    previous_response_id: Optional[str] = Field(None, max_length=256)
-    instructions: Optional[str] = None  # guidance for the summary: the summarising request's system prompt
-    prompt_cache_key: Optional[str] = Field(None, max_length=1024)
-
-    refused_fields: ClassVar[dict[str, str]] = {}
-
-    @model_validator(mode="after")
-    def _something_to_compact(self):
-        if self.input is None and self.previous_response_id is None:
-            raise ValueError("input: needed (a string or a list of items), or previous_response_id")
-        if isinstance(self.input, str) and not self.input:
-            raise ValueError("input: must not be empty")
-        return self
-
-    def input_items(self) -> list[dict[str, Any]]:
-        if self.input is None:
-            return []
-        if isinstance(self.input, str):
-            return [{"type": "message", "role": "user", "content": self.input}]
-        return list(self.input)
 
 
 def encode_summary(summary: str) -> str:

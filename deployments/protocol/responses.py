@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
 from deployments.protocol.compaction import SUMMARY_HEADING, decode_summary
 from deployments.protocol.errors import APIError, invalid_request, renamed
@@ -109,11 +109,32 @@ class ReasoningConfig(RequestModel):
     generate_summary: Optional[str] = None
 
 
-class ResponsesRequest(RefusingRequest):
-    model: Optional[str] = Field(None, description="Model id; the LLM slot's default when omitted")
+class ConversationRequest(RefusingRequest):
+    """What a request about a conversation has: its new items (`input`), after a stored
+    response's conversation (`previous_response_id`); at least one of them."""
+
     input: Union[str, list[dict[str, Any]], None] = None
-    instructions: Optional[str] = None
     previous_response_id: Optional[str] = Field(None, max_length=256)
+
+    @model_validator(mode="after")
+    def _has_a_conversation(self):
+        if self.input is None and self.previous_response_id is None:
+            raise ValueError("input: needed (a string or a list of items), or previous_response_id")
+        if isinstance(self.input, str) and not self.input:
+            raise ValueError("input: must not be empty")
+        return self
+
+    def input_items(self) -> list[dict[str, Any]]:
+        if self.input is None:
+            return []
+        if isinstance(self.input, str):
+            return [{"type": "message", "role": "user", "content": self.input}]
+        return list(self.input)
+
+
+class ResponsesRequest(ConversationRequest):
+    model: Optional[str] = Field(None, description="Model id; the LLM slot's default when omitted")
+    instructions: Optional[str] = None
     # A stored conversation (/v1/conversations) to answer and to append this turn to.
     conversation: Union[str, dict[str, Any], None] = None
     max_output_tokens: Optional[int] = Field(None, ge=1)
@@ -148,10 +169,6 @@ class ResponsesRequest(RefusingRequest):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.input is None and self.previous_response_id is None:
-            raise ValueError("input: needed (a string or a list of items)")
-        if isinstance(self.input, str) and not self.input:
-            raise ValueError("input: must not be empty")
         if self.background and self.stream:
             raise ValueError("stream: a background response is polled here (GET /v1/responses/{id}), not streamed")
         if self.background and not self.store:
@@ -173,13 +190,6 @@ class ResponsesRequest(RefusingRequest):
     def wants_logprobs(self) -> bool:
         """The answer's log-probabilities, asked for by `include` (as OpenAI) or by `top_logprobs`."""
         return LOGPROBS_INCLUDE in (self.include or ()) or self.top_logprobs is not None
-
-    def input_items(self) -> list[dict[str, Any]]:
-        if self.input is None:
-            return []
-        if isinstance(self.input, str):
-            return [{"type": "message", "role": "user", "content": self.input}]
-        return list(self.input)
 
     def echo(self, sampling: Optional[SamplingUsed] = None) -> dict[str, Any]:
         """The request's settings as the response object repeats them, every field Open Responses
@@ -244,6 +254,15 @@ def echoed_tools(tools: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             }
         )
     return echoed
+
+
+class CompactRequest(ConversationRequest):
+    """POST /v1/responses/compact (the spec's CompactResponseMethodPublicBody;
+    deployments/protocol/compaction.py)."""
+
+    model: StrictStr = Field(..., min_length=1, description="The model that writes the summary (required)")
+    instructions: Optional[str] = None  # guidance for the summary: the summarising request's system prompt
+    prompt_cache_key: Optional[str] = Field(None, max_length=1024)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,25 +12,17 @@ from typing import Any, Literal, Optional
 from fastapi import APIRouter, Body, Depends, Header, Query, WebSocket, WebSocketDisconnect
 
 from deployments.ingress.responses import json_response
-from deployments.ingress.routers.chat import _inline_schema
+from deployments.ingress.routers.chat import request_doc
 from deployments.ingress.serving.responses import MAX_LISTED_ITEMS, ServingResponses
 from deployments.ingress.serving.responses_socket import ResponsesSocket
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.compaction import CompactRequest
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.responses import ResponsesRequest
+from deployments.protocol.responses import CompactRequest, ResponsesRequest
 
 router = APIRouter(tags=["responses"])
 
-REQUEST_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _inline_schema(ResponsesRequest)}},
-    }
-}
 
-
-@router.post("/v1/responses", openapi_extra=REQUEST_DOC)
+@router.post("/v1/responses", openapi_extra=request_doc(ResponsesRequest))
 async def create_response(
     body: dict[str, Any] = Body(..., description="An OpenAI Responses API request"),
     x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
@@ -48,15 +40,7 @@ async def responses_socket(websocket: WebSocket, state: IngressState = Depends(i
         return
 
 
-COMPACT_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _inline_schema(CompactRequest)}},
-    }
-}
-
-
-@router.post("/v1/responses/compact", openapi_extra=COMPACT_DOC)
+@router.post("/v1/responses/compact", openapi_extra=request_doc(CompactRequest))
 async def compact_response(
     body: dict[str, Any] = Body(
         ..., description="A conversation to compact (Open Responses' CompactResponseMethodPublicBody)"

@@ -35,7 +35,6 @@ from deployments.ingress.serving.conversations import ServingConversations
 from deployments.ingress.serving.generation import ChatGeneration, open_chat
 from deployments.ingress.state import IngressState
 from deployments.protocol.compaction import (
-    CompactRequest,
     compacted_window,
     compaction_item,
     compaction_object,
@@ -46,6 +45,7 @@ from deployments.protocol.generation import GenerationChunk, collect_choices
 from deployments.protocol.openai import UsageInfo
 from deployments.protocol.responses import (
     CHAT_TO_RESPONSES_PARAMS,
+    CompactRequest,
     ResponseDeleted,
     ResponseEvents,
     ResponsesRequest,

@@ -8,7 +8,6 @@ import pytest
 
 from deployments.protocol.compaction import (
     SUMMARY_HEADING,
-    CompactRequest,
     compacted_window,
     compaction_item,
     decode_summary,
@@ -17,7 +16,7 @@ from deployments.protocol.compaction import (
     transcript,
 )
 from deployments.protocol.errors import APIError
-from deployments.protocol.responses import chat_messages, from_turn, normalise_items
+from deployments.protocol.responses import CompactRequest, chat_messages, from_turn, normalise_items
 
 ITEMS = normalise_items(
     [
