@@ -275,6 +275,16 @@ def test_a_failed_continuation_evicts_the_response_it_continued(app):
         assert gone["error"]["code"] == "previous_response_not_found"
 
 
+def test_a_malformed_continuation_evicts_too(app):
+    with TestClient(app).websocket_connect("/v1/responses") as ws:
+        ws.send_text(create(input="Remember ember.", store=False))
+        first = turn(ws)[-1]["response"]
+        ws.send_text(create(input="Again.", store=False, previous_response_id=first["id"], temperature=9))
+        assert turn(ws)[0]["error"]["param"] == "temperature"
+        ws.send_text(create(input="Again.", store=False, previous_response_id=first["id"]))
+        assert turn(ws)[0]["error"]["code"] == "previous_response_not_found"
+
+
 def test_a_fault_mid_stream_fails_the_turn_and_evicts(app, slots):
     with TestClient(app).websocket_connect("/v1/responses") as ws:
         ws.send_text(create(input="Remember.", store=False))

@@ -30,7 +30,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 
 from deployments.ingress.errors import from_exception, validate_body, validation_error
-from deployments.ingress.serving.responses import Recent, ServingResponses, Turn
+from deployments.ingress.serving.responses import Recent, ServingResponses
 from deployments.ingress.state import IngressState
 from deployments.protocol.responses import ResponsesRequest
 from deployments.protocol.responses_socket import (
@@ -105,21 +105,23 @@ class ResponsesSocket:
     async def turn(self, text: str) -> None:
         previous = None
         try:
-            request = validate_body(ResponsesRequest, create_request(text))
-            previous = request.previous_response_id
+            body = create_request(text)
+            # Named before the request is checked: a malformed continuation is a failed one too.
+            previous = body.get("previous_response_id")
+            request = validate_body(ResponsesRequest, body)
             turn, generation = await self.serving.open_turn(request, self.session_header, self.recent)
         except Exception as e:  # nothing began: the spec's error envelope
             error = validation_error(e) if isinstance(e, RequestValidationError) else from_exception(e)
             self.forget(previous)
             await self.ws.send_json(error_envelope(error))
             return
-        await self.stream(turn, turn.events(generation))
+        await self.stream(turn.events(generation))
         if turn.final is not None and turn.final["status"] == "failed":
             self.forget(previous)
         else:
             self.recent = turn.recent() or self.recent
 
-    async def stream(self, turn: Turn, events) -> None:
+    async def stream(self, events) -> None:
         """The turn's events, each a message; leaving early (the client gone) closes the
         generation, which stops it on its replica."""
         async with contextlib.aclosing(events):
