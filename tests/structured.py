@@ -17,7 +17,7 @@ from typing import Optional
 from pydantic import BaseModel, Field
 
 MAX_TOKENS = 96
-SEEDS = (3,)  # temperature 1
+SEEDS = (3,)  # temperature 1, top_p 1 (say both: SmolLM2's own defaults are 0.2 and 0.9)
 
 
 class Person(BaseModel):

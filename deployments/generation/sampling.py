@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from deployments.protocol.generation import SamplingUsed
 from deployments.protocol.openai import SamplingRequest
 
 
@@ -44,4 +45,13 @@ class SamplingParams:
             stop=request.stop_list(),
             ignore_eos=request.ignore_eos,
             min_tokens=request.min_tokens or 0,
+        )
+
+    def used(self) -> SamplingUsed:
+        """What the generation samples with, as the first chunk reports it."""
+        return SamplingUsed(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
         )

@@ -109,7 +109,8 @@ class LLMSlot(SlotReplica):
             now = time.perf_counter()
             if first_token_at is None:
                 first_token_at = now
-                chunk.model = engine.model_id
+                chunk.model, chunk.sampling = engine.model_id, params.used()
+                chunk.prompt_tokens = len(prompt.token_ids)
                 self.metrics.first_token(engine.model_id, now - start)
             if chunk.usage is not None:
                 details = chunk.usage.prompt_tokens_details

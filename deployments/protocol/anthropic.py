@@ -418,18 +418,22 @@ def message_object(
 
 class MessageEvents:
     """A message's stream events, in the order the anthropic SDK's stream accumulator expects:
-    message_start and a ping; per content block its content_block_start, deltas (text_delta,
-    thinking_delta, input_json_delta) and content_block_stop; then message_delta (stop_reason,
-    stop_sequence, the usage: the prompt's tokens too, known only at the end) and message_stop.
-    Pure: fed GenerationChunks, returns event dicts."""
+        message_start and a ping; per content block its content_block_start, deltas (text_delta,
+        thinking_delta, input_json_delta) and content_block_stop; then message_delta (stop_reason,
+        stop_sequence, the usage: the prompt's tokens apart from those read from the prefix cache,
+    known only at the end) and message_stop.
+        Pure: fed GenerationChunks, returns event dicts."""
 
     def __init__(self, message_id: str, model: str):
         self.message_id, self.model = message_id, model
         self.index = -1
         self._open: Optional[str] = None  # the type of the block whose deltas are arriving
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self, prompt_tokens: Optional[int] = None) -> list[dict[str, Any]]:
+        """`prompt_tokens`: the prompt's length as the LLM slot counted it (message_start's
+        `input_tokens`; 0 where the slot does not say: the VLM, the CUDA route)."""
         message = message_object(self.message_id, self.model, [])
+        message["usage"]["input_tokens"] = prompt_tokens or 0
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
     def feed(self, chunk: GenerationChunk) -> list[dict[str, Any]]:

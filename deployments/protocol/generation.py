@@ -17,8 +17,20 @@ from deployments.protocol.logprobs import TokenLogprob
 from deployments.protocol.openai import FinishReason, ToolCall, UsageInfo
 
 
+class SamplingUsed(BaseModel):
+    """The sampling settings a generation actually ran with: the request's, else the model's
+    generation_config.json defaults, else OpenAI's (what a Responses object echoes)."""
+
+    temperature: float
+    top_p: float
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
 class GenerationChunk(BaseModel):
     model: Optional[str] = None  # set on the first chunk: the model that answers
+    sampling: Optional[SamplingUsed] = None  # set on the first chunk: the settings it samples with
+    prompt_tokens: Optional[int] = None  # set on the LLM slot's first chunk: the prompt's length
     index: int = 0  # the choice this chunk belongs to
     content: str = ""
     reasoning_content: str = ""
@@ -32,6 +44,8 @@ class GenerationChunk(BaseModel):
         """Coalesce two consecutive chunks of one choice (used to batch deltas under load)."""
         return GenerationChunk(
             model=self.model or other.model,
+            sampling=self.sampling or other.sampling,
+            prompt_tokens=self.prompt_tokens if self.prompt_tokens is not None else other.prompt_tokens,
             index=self.index,
             content=self.content + other.content,
             reasoning_content=self.reasoning_content + other.reasoning_content,

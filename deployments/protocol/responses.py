@@ -11,7 +11,9 @@ What an item becomes in chat:
 - `function_call` items: tool calls of one assistant message (with the assistant message right
   before them, if any); `function_call_output`: a tool message answering its `call_id`, which
   must name a call earlier in the conversation;
-- `reasoning` items: the thinking of the next assistant message.
+- `reasoning` items: the thinking of the next assistant message;
+- `compaction` items (a window from /v1/responses/compact): their summary joins the system
+  prompt, after the instructions (deployments/protocol/compaction.py).
 
 Every field of OpenAI's request is served, ignored or refused by name (docs/api/responses.md);
 an item or tool type nothing here serves is a 400 naming it.
@@ -24,10 +26,11 @@ import time
 import uuid
 from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
+from deployments.protocol.compaction import SUMMARY_HEADING, decode_summary
 from deployments.protocol.errors import APIError, invalid_request, renamed
-from deployments.protocol.generation import GenerationChunk
+from deployments.protocol.generation import GenerationChunk, SamplingUsed
 from deployments.protocol.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from deployments.protocol.openai import RefusingRequest, RequestModel, ToolCall, UsageInfo
 
@@ -106,16 +109,39 @@ class ReasoningConfig(RequestModel):
     generate_summary: Optional[str] = None
 
 
-class ResponsesRequest(RefusingRequest):
-    model: Optional[str] = Field(None, description="Model id; the LLM slot's default when omitted")
+class ConversationRequest(RefusingRequest):
+    """What a request about a conversation has: its new items (`input`), after a stored
+    response's conversation (`previous_response_id`); at least one of them."""
+
     input: Union[str, list[dict[str, Any]], None] = None
-    instructions: Optional[str] = None
     previous_response_id: Optional[str] = Field(None, max_length=256)
+
+    @model_validator(mode="after")
+    def _has_a_conversation(self):
+        if self.input is None and self.previous_response_id is None:
+            raise ValueError("input: needed (a string or a list of items), or previous_response_id")
+        if isinstance(self.input, str) and not self.input:
+            raise ValueError("input: must not be empty")
+        return self
+
+    def input_items(self) -> list[dict[str, Any]]:
+        if self.input is None:
+            return []
+        if isinstance(self.input, str):
+            return [{"type": "message", "role": "user", "content": self.input}]
+        return list(self.input)
+
+
+class ResponsesRequest(ConversationRequest):
+    model: Optional[str] = Field(None, description="Model id; the LLM slot's default when omitted")
+    instructions: Optional[str] = None
     # A stored conversation (/v1/conversations) to answer and to append this turn to.
     conversation: Union[str, dict[str, Any], None] = None
     max_output_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
+    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: Optional[StrictBool] = None
@@ -131,6 +157,8 @@ class ResponsesRequest(RefusingRequest):
     truncation: Optional[Literal["disabled", "auto"]] = None
     user: Optional[str] = None
     prompt_cache_key: Optional[str] = Field(None, max_length=1024)
+    safety_identifier: Optional[str] = Field(None, max_length=64)  # echoed; nothing here monitors abuse
+    service_tier: Optional[str] = None  # one tier here: answered as "default"
 
     refused_fields: ClassVar[dict[str, str]] = REFUSED_RESPONSES_FIELDS
 
@@ -141,10 +169,6 @@ class ResponsesRequest(RefusingRequest):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.input is None and self.previous_response_id is None:
-            raise ValueError("input: needed (a string or a list of items)")
-        if isinstance(self.input, str) and not self.input:
-            raise ValueError("input: must not be empty")
         if self.background and self.stream:
             raise ValueError("stream: a background response is polled here (GET /v1/responses/{id}), not streamed")
         if self.background and not self.store:
@@ -167,40 +191,78 @@ class ResponsesRequest(RefusingRequest):
         """The answer's log-probabilities, asked for by `include` (as OpenAI) or by `top_logprobs`."""
         return LOGPROBS_INCLUDE in (self.include or ()) or self.top_logprobs is not None
 
-    def input_items(self) -> list[dict[str, Any]]:
-        if self.input is None:
-            return []
-        if isinstance(self.input, str):
-            return [{"type": "message", "role": "user", "content": self.input}]
-        return list(self.input)
-
-    def echo(self) -> dict[str, Any]:
-        """The request's settings as the response object repeats them."""
+    def echo(self, sampling: Optional[SamplingUsed] = None) -> dict[str, Any]:
+        """The request's settings as the response object repeats them, every field Open Responses
+        requires present: the sampling values are those the generation ran with (`sampling`, as
+        the slot reports it: the request's, else the model's defaults); without a report (the
+        CUDA route) the request's, else OpenAI's defaults."""
         conversation_id = self.conversation_id()
+        used = sampling or SamplingUsed(
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+        )
         return {
             "background": self.background,
             "conversation": {"id": conversation_id} if conversation_id else None,
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
+            "max_tool_calls": None,  # refused when sent: no built-in tools run here
             "metadata": self.metadata or {},
             "parallel_tool_calls": True if self.parallel_tool_calls is None else self.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
+            "prompt_cache_key": self.prompt_cache_key,
             "reasoning": {
                 "effort": self.reasoning.effort if self.reasoning else None,
                 "summary": self.reasoning.summary if self.reasoning else None,
             },
+            "safety_identifier": self.safety_identifier,
+            "service_tier": "default",
             "store": self.store,
-            "temperature": self.temperature,
+            "temperature": used.temperature,
+            "top_p": used.top_p,
+            "presence_penalty": used.presence_penalty,
+            "frequency_penalty": used.frequency_penalty,
             "text": {"format": self.text.format.model_dump(by_alias=True, exclude_none=True)}
             if self.text and self.text.format
             else {"format": {"type": "text"}},
             "tool_choice": self.tool_choice if self.tool_choice is not None else "auto",
-            "tools": self.tools or [],
-            "top_logprobs": self.top_logprobs,
-            "top_p": self.top_p,
+            "tools": echoed_tools(self.tools),
+            "top_logprobs": self.top_logprobs or 0,
             "truncation": self.truncation or "disabled",
             "user": self.user,
         }
+
+
+def echoed_tools(tools: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Function tools as the response object lists them: every field of the spec's FunctionTool
+    present (`description` and `parameters` null when not sent). `strict` is true unless the
+    request said false: the LLM slot's constrained decoding holds a call's arguments to the
+    schema either way (deployments/llm/constraints.py)."""
+    echoed = []
+    for tool in tools or ():
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            echoed.append(tool)  # refused before an answer: only a 400's request holds one
+            continue
+        echoed.append(
+            {
+                **tool,
+                "description": tool.get("description"),
+                "parameters": tool.get("parameters"),
+                "strict": tool.get("strict") is not False,
+            }
+        )
+    return echoed
+
+
+class CompactRequest(ConversationRequest):
+    """POST /v1/responses/compact (the spec's CompactResponseMethodPublicBody;
+    deployments/protocol/compaction.py)."""
+
+    model: StrictStr = Field(..., min_length=1, description="The model that writes the summary (required)")
+    instructions: Optional[str] = None  # guidance for the summary: the summarising request's system prompt
+    prompt_cache_key: Optional[str] = Field(None, max_length=1024)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,11 +338,18 @@ def _normalise(item: Any, where: str) -> dict[str, Any]:
         }
     if kind == "reasoning":
         return {"id": item.get("id") or new_id("rs"), "summary": [], **item, "type": "reasoning"}
+    if kind == "compaction":
+        decode_summary(item.get("encrypted_content"), where)  # a 400 now, not when it is read
+        return {
+            "id": item.get("id") or new_id("cmp"),
+            "type": "compaction",
+            "encrypted_content": item["encrypted_content"],
+        }
     if kind == "item_reference":
         raise invalid_request(f"{where}: item references are not served here; send the item itself", "input")
     raise invalid_request(
-        f"{where}.type: '{kind}' items are not served here (messages, function_call, function_call_output "
-        "and reasoning items are)",
+        f"{where}.type: '{kind}' items are not served here (messages, function_call, function_call_output, "
+        "reasoning and compaction items are)",
         "input",
         "unsupported_item_type",
     )
@@ -303,7 +372,20 @@ def _message_item(item: dict[str, Any], where: str) -> dict[str, Any]:
     else:
         raise invalid_request(f"{where}.content: a string or a list of content parts", "input")
     status = item.get("status", "completed")
-    return {"id": item.get("id") or new_id("msg"), "type": "message", "role": role, "content": parts, "status": status}
+    message = {
+        "id": item.get("id") or new_id("msg"),
+        "type": "message",
+        "role": role,
+        "content": parts,
+        "status": status,
+    }
+    phase = item.get("phase")
+    if phase is not None:
+        # A label kept with the item (stored, listed, continued); the chat template has no use for it.
+        if role != "assistant" or phase not in ("commentary", "final_answer"):
+            raise invalid_request(f"{where}.phase: an assistant message's phase is commentary or final_answer", "input")
+        message["phase"] = phase
+    return message
 
 
 def _part(part: Any, where: str, role: str) -> dict[str, Any]:
@@ -342,13 +424,22 @@ def chat_messages(items: list[dict[str, Any]], instructions: Optional[str]) -> l
     """Normalised items (history first) as chat messages; a function_call_output whose call_id
     names no earlier call is a 400."""
     messages: list[dict[str, Any]] = []
-    if instructions:
-        messages.append({"role": "system", "content": instructions})
+    summaries = [
+        f"{SUMMARY_HEADING} {decode_summary(item['encrypted_content'], 'input')}"
+        for item in items
+        if item["type"] == "compaction"
+    ]
+    # One system message: some chat templates refuse a second one, or one after the first turn.
+    system = "\n\n".join([instructions] * bool(instructions) + summaries)
+    if system:
+        messages.append({"role": "system", "content": system})
     calls: set[str] = set()
     thinking: list[str] = []
     assistant: Optional[dict[str, Any]] = None  # the assistant turn being built (text, calls)
     for item in items:
         kind = item["type"]
+        if kind == "compaction":
+            continue  # in the system prompt above
         if kind == "reasoning":
             thinking.append(_reasoning_text(item))
             continue
@@ -469,13 +560,17 @@ def user_turns(items: list[dict[str, Any]]) -> int:
 
 def from_turn(items: list[dict[str, Any]], first_turn: int) -> list[dict[str, Any]]:
     """`truncation: "auto"`: the conversation from its `first_turn`-th user message on, the
-    earlier turns (with their calls and outputs) left out; system and developer messages are
-    always kept. 0, or past the last user message: all of it."""
+    earlier turns (with their calls and outputs) left out; system and developer messages and
+    compaction items (already short) are always kept. 0, or past the last user message: all of it."""
     users = [k for k, item in enumerate(items) if _is_message(item, "user")]
     if not 0 < first_turn < len(users):
         return items
     start = users[first_turn]
-    kept = [item for k, item in enumerate(items) if k >= start or _is_message(item, "system", "developer")]
+    kept = [
+        item
+        for k, item in enumerate(items)
+        if k >= start or _is_message(item, "system", "developer") or item["type"] == "compaction"
+    ]
     calls = {item["call_id"] for item in kept if item["type"] == "function_call"}
     return [item for item in kept if item["type"] != "function_call_output" or item["call_id"] in calls]
 
@@ -489,6 +584,8 @@ def chat_body(request: ResponsesRequest, items: list[dict[str, Any]], stream: bo
         "max_completion_tokens": request.max_output_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
         "tools": chat_tools(request.tools),
         "tool_choice": chat_tool_choice(request.tool_choice, request.tools),
         "parallel_tool_calls": request.parallel_tool_calls,
@@ -603,6 +700,7 @@ def response_object(
     usage: Optional[UsageInfo] = None,
     incomplete_details: Optional[dict[str, str]] = None,
     error: Optional[dict[str, str]] = None,
+    sampling: Optional[SamplingUsed] = None,
 ) -> dict[str, Any]:
     return {
         "id": response_id,
@@ -615,7 +713,7 @@ def response_object(
         "output": output or [],
         "usage": usage_object(usage),
         "completed_at": int(time.time()) if status == "completed" else None,
-        **request.echo(),
+        **request.echo(sampling),
     }
 
 
@@ -788,9 +886,17 @@ class ResponseEvents:
             status="failed", output=self.output, error={"code": failure_code(error), "message": error.message}
         )
         return [
-            self._event("error", code=error.code or error.type, message=error.message, param=error.param),
+            self._event("error", **error_event_fields(error)),
             self._event("response.failed", response=self._snapshot()),
         ]
+
+
+def error_event_fields(error: APIError) -> dict[str, Any]:
+    """An `error` event's fields: OpenAI's (code, message, param at the top, what the openai SDK
+    reads) and Open Responses' (the same under `error`, with its type)."""
+    code = error.code or error.type
+    nested = {"type": error.type, "code": code, "message": error.message, "param": error.param}
+    return {"code": code, "message": error.message, "param": error.param, "error": nested}
 
 
 def response_not_found(response_id: str, param: Optional[str] = None) -> APIError:

@@ -73,7 +73,7 @@ class VLMSlot(SlotReplica):
         first = True
         async for chunk in engine.generate(messages, images, params):
             if first:
-                chunk.model, first = engine.model_id, False
+                chunk.model, chunk.sampling, first = engine.model_id, params.used(), False
             if chunk.usage is not None:
                 self.metrics.finished(
                     engine.model_id,

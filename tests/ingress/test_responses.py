@@ -84,6 +84,7 @@ async def sse_events(http, body) -> list[dict]:
     r = await http.post("/v1/responses", json={**body, "stream": True})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
     frames = [frame for frame in r.text.split("\n\n") if frame.strip()]
+    assert frames.pop() == "data: [DONE]"  # the spec's terminal event, after the last one
     events = []
     for frame in frames:
         lines = frame.split("\n")
@@ -149,7 +150,7 @@ async def test_the_answers_logprobs_when_asked_for(client, slots, ask):
     assert (chat.logprobs, chat.top_logprobs) == (True, ask.get("top_logprobs", 0))
     text = r.output[-1].content[0]
     assert [(e.token, e.logprob) for e in text.logprobs] == [("Hi", -0.5), (" there", -0.25)]
-    assert text.logprobs[0].top_logprobs[0].bytes == list(b"Hi") and r.top_logprobs == ask.get("top_logprobs")
+    assert text.logprobs[0].top_logprobs[0].bytes == list(b"Hi") and r.top_logprobs == ask.get("top_logprobs", 0)
     async with client.responses.stream(model=MODEL, input="Hi", **ask) as stream:
         events = [e async for e in stream]
     deltas = [e for e in events if e.type == "response.output_text.delta"]

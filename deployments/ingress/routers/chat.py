@@ -36,12 +36,12 @@ def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
     return resolve(schema)
 
 
-CHAT_REQUEST_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _inline_schema(ChatCompletionRequest)}},
-    }
-}
+def request_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI requestBody of a route that parses its JSON body itself."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": _inline_schema(model)}}}}
+
+
+CHAT_REQUEST_DOC = request_doc(ChatCompletionRequest)
 
 
 @router.post("/v1/chat/completions", openapi_extra=CHAT_REQUEST_DOC)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from fastapi import APIRouter, Body, Depends, Header
 
-from deployments.ingress.routers.chat import _inline_schema
+from deployments.ingress.routers.chat import request_doc
 from deployments.ingress.serving.messages import ServingMessages
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.anthropic import CountTokensRequest, MessagesRequest
@@ -16,11 +16,7 @@ from deployments.protocol.anthropic import CountTokensRequest, MessagesRequest
 router = APIRouter(tags=["messages"])
 
 
-def _request_doc(model) -> dict:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": _inline_schema(model)}}}}
-
-
-@router.post("/v1/messages", openapi_extra=_request_doc(MessagesRequest))
+@router.post("/v1/messages", openapi_extra=request_doc(MessagesRequest))
 async def create_message(
     body: dict[str, Any] = Body(..., description="An Anthropic Messages API request"),
     x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
@@ -29,7 +25,7 @@ async def create_message(
     return await ServingMessages(state).create(body, x_session_id)
 
 
-@router.post("/v1/messages/count_tokens", openapi_extra=_request_doc(CountTokensRequest))
+@router.post("/v1/messages/count_tokens", openapi_extra=request_doc(CountTokensRequest))
 async def count_message_tokens(
     body: dict[str, Any] = Body(..., description="The messages, system prompt and tools to count"),
     state: IngressState = Depends(ingress_state),

@@ -1,39 +1,54 @@
-"""OpenAI's Responses API: POST /v1/responses (JSON or SSE events), and the stored responses:
-GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items, and POST
-/v1/responses/{id}/cancel for a background one. Served by translation
-onto chat completions (ingress/serving/responses.py)."""
+"""OpenAI's Responses API: POST /v1/responses (JSON or SSE events) and its WebSocket mode on
+the same path, POST /v1/responses/compact, and the stored responses: GET and DELETE
+/v1/responses/{id}, GET /v1/responses/{id}/input_items, and POST /v1/responses/{id}/cancel for a
+background one. Served by translation onto chat completions (ingress/serving/responses.py,
+responses_socket.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from fastapi import APIRouter, Body, Depends, Header, Query
+from fastapi import APIRouter, Body, Depends, Header, Query, WebSocket, WebSocketDisconnect
 
 from deployments.ingress.responses import json_response
-from deployments.ingress.routers.chat import _inline_schema
+from deployments.ingress.routers.chat import request_doc
 from deployments.ingress.serving.responses import MAX_LISTED_ITEMS, ServingResponses
+from deployments.ingress.serving.responses_socket import ResponsesSocket
 from deployments.ingress.state import IngressState, ingress_state
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.responses import ResponsesRequest
+from deployments.protocol.responses import CompactRequest, ResponsesRequest
 
 router = APIRouter(tags=["responses"])
 
-REQUEST_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _inline_schema(ResponsesRequest)}},
-    }
-}
 
-
-@router.post("/v1/responses", openapi_extra=REQUEST_DOC)
+@router.post("/v1/responses", openapi_extra=request_doc(ResponsesRequest))
 async def create_response(
     body: dict[str, Any] = Body(..., description="An OpenAI Responses API request"),
     x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
     state: IngressState = Depends(ingress_state),
 ):
     return await ServingResponses(state).create(body, x_session_id)
+
+
+@router.websocket("/v1/responses")
+async def responses_socket(websocket: WebSocket, state: IngressState = Depends(ingress_state)):
+    await websocket.accept()
+    try:
+        await ResponsesSocket(websocket, state).serve()
+    except WebSocketDisconnect:
+        return
+
+
+@router.post("/v1/responses/compact", openapi_extra=request_doc(CompactRequest))
+async def compact_response(
+    body: dict[str, Any] = Body(
+        ..., description="A conversation to compact (Open Responses' CompactResponseMethodPublicBody)"
+    ),
+    x_session_id: Optional[str] = Header(None, description="Keeps a conversation on one replica (docs/routing.md)"),
+    state: IngressState = Depends(ingress_state),
+):
+    return await ServingResponses(state).compact(body, x_session_id)
 
 
 @router.get("/v1/responses/{response_id}")

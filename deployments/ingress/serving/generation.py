@@ -146,6 +146,7 @@ class ChatGeneration(NamedTuple):
     chunks: AsyncIterator[GenerationChunk]
     model: str
     affinity: Optional[str] = None
+    first: Optional[GenerationChunk] = None  # the first chunk (its sampling, its prompt's length)
 
 
 async def open_chat(
@@ -161,7 +162,7 @@ async def open_chat(
     serving = await chat_serving(state, request)
     key = affinity or llm_affinity_key(request, session_header)
     stream, model = await serving.open(request, session_header, key)
-    return ChatGeneration(stream.chunks(), model, key)
+    return ChatGeneration(stream.chunks(), model, key, stream.first)
 
 
 def serves_vision(state: IngressState, model: str | None) -> bool:

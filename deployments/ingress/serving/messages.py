@@ -63,7 +63,8 @@ class ServingMessages:
 
     async def _events(self, generation: ChatGeneration, message_id: str) -> AsyncIterator[bytes]:
         stream = MessageEvents(message_id, generation.model)
-        for event in stream.start():
+        first = generation.first
+        for event in stream.start(first.prompt_tokens if first else None):
             yield sse_event(event)
         finish_reason, stop_sequence, usage = None, None, None
         try:

@@ -9,15 +9,21 @@ with `previous_response_id` continues it from any ingress replica, after any ing
 Every turn of a stored conversation is routed with the key its first turn had (its client's
 key, else its head: docs/routing.md), so it reaches the LLM replica holding its prefix cache even
 when the instructions change. A request that fails before the answer begins stores nothing.
+
+The same turns run over HTTP (JSON, SSE) and over a WebSocket (serving/responses_socket.py):
+`open_turn` opens one, `Turn.events` yields its events as dicts, each transport frames them.
+`compact` is POST /v1/responses/compact (deployments/protocol/compaction.py): the model
+summarises the conversation through the same chat path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any, Optional
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple, Optional
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -28,10 +34,18 @@ from deployments.ingress.serving import background
 from deployments.ingress.serving.conversations import ServingConversations
 from deployments.ingress.serving.generation import ChatGeneration, open_chat
 from deployments.ingress.state import IngressState
+from deployments.protocol.compaction import (
+    compacted_window,
+    compaction_item,
+    compaction_object,
+    summary_chat_body,
+)
 from deployments.protocol.errors import APIError, invalid_request, renamed
 from deployments.protocol.generation import GenerationChunk, collect_choices
+from deployments.protocol.openai import UsageInfo
 from deployments.protocol.responses import (
     CHAT_TO_RESPONSES_PARAMS,
+    CompactRequest,
     ResponseDeleted,
     ResponseEvents,
     ResponsesRequest,
@@ -44,9 +58,10 @@ from deployments.protocol.responses import (
     output_items,
     response_not_found,
     response_object,
+    usage_object,
     user_turns,
 )
-from deployments.protocol.sse import sse_event
+from deployments.protocol.sse import SSE_DONE, sse_event
 from deployments.records import DEFAULT_LIMITS, RESPONSES, RecordTooLarge
 
 logger = logging.getLogger("ray.serve")
@@ -63,37 +78,58 @@ class ServingResponses:
 
     async def create(self, body: dict[str, Any], session_header: Optional[str] = None) -> Any:
         request = validate_body(ResponsesRequest, body)
-        history, chain = await self._continued(request)
+        turn, generation = await self.open_turn(request, session_header)
+        if request.background:
+            return JSONResponse(await turn.in_background(generation))
+        if request.stream:
+            # The spec's terminal event is the literal [DONE] (the openai SDK stops on it too).
+            return sse_response((sse_event(event) async for event in turn.events(generation)), end=SSE_DONE)
+        return JSONResponse(await turn.complete(generation))
+
+    async def open_turn(
+        self, request: ResponsesRequest, session_header: Optional[str], recent: Optional[Recent] = None
+    ) -> tuple[Turn, ChatGeneration]:
+        """The turn a request starts, its answer opened (errors before the first token keep their
+        status). `recent`: a WebSocket's own last response, looked up before the record store."""
+        history, chain = await self._continued(request.previous_response_id, request.conversation_id(), recent)
         added = normalise_items(request.input_items())
         conversation = history + added
         if request.store:
             self._check_storable(conversation)
         # A key the client names wins, as in chat; else the chain's, so the turns share a replica.
         named = request.prompt_cache_key or request.user or session_header
-        generation = await self._open_fitting(request, conversation, session_header, None if named else chain)
-        turn = Turn(self, request, new_id("resp"), conversation, added, chain or generation.affinity, generation.model)
-        if request.background:
-            return JSONResponse(await turn.in_background(generation))
-        if request.stream:
-            return sse_response(turn.events(generation), end=b"")
-        return JSONResponse(await turn.complete(generation))
+        generation = await self._open_fitting(
+            lambda items: chat_body(request, items),
+            conversation,
+            request.truncation == "auto",
+            session_header,
+            None if named else chain,
+        )
+        turn = Turn(self, request, new_id("resp"), conversation, added, chain or generation.affinity, generation)
+        return turn, generation
 
-    async def _continued(self, request: ResponsesRequest) -> tuple[list[dict[str, Any]], Optional[str]]:
+    async def _continued(
+        self,
+        previous_response_id: Optional[str],
+        conversation_id: Optional[str] = None,
+        recent: Optional[Recent] = None,
+    ) -> tuple[list[dict[str, Any]], Optional[str]]:
         """The stored conversation a request continues (a previous response's items, then its
         output; or a conversation's items), and its chain's routing key."""
-        conversation_id = request.conversation_id()
         if conversation_id is not None:
             stored = await ServingConversations(self.state).stored(conversation_id, "conversation")
             return stored["items"], f"conversation:{conversation_id}"
-        if request.previous_response_id is None:
+        if previous_response_id is None:
             return [], None
-        record = await self.records.get(RESPONSES, request.previous_response_id)
+        if recent is not None and recent.response_id == previous_response_id:
+            return recent.items, recent.chain
+        record = await self.records.get(RESPONSES, previous_response_id)
         if record is None:
-            raise response_not_found(request.previous_response_id, "previous_response_id")
+            raise response_not_found(previous_response_id, "previous_response_id")
         stored = record.value
         if stored["response"]["status"] in ("queued", "in_progress"):
             raise invalid_request(
-                f"previous_response_id: response '{request.previous_response_id}' is still in progress",
+                f"previous_response_id: response '{previous_response_id}' is still in progress",
                 "previous_response_id",
             )
         return stored["input"] + stored["response"]["output"], stored.get("chain")
@@ -110,25 +146,43 @@ class ServingResponses:
                 "input_too_large",
             )
 
+    async def compact(self, body: dict[str, Any], session_header: Optional[str] = None) -> dict[str, Any]:
+        """POST /v1/responses/compact: the conversation (a previous response's, then `input`) as
+        a compacted window, its summary written by the model (docs/api/responses.md)."""
+        request = validate_body(CompactRequest, body)
+        history, chain = await self._continued(request.previous_response_id)
+        items = history + normalise_items(request.input_items())
+        if not items:
+            raise invalid_request("input: the conversation to compact has no items", "input")
+        # A conversation past the model's context is summarised from its latest turns that fit.
+        generation = await self._open_fitting(
+            lambda turns: summary_chat_body(request, turns), items, True, session_header, chain
+        )
+        choices, usage = collect_choices([chunk async for chunk in generation.chunks])
+        summary = choices.get(0, GenerationChunk()).content.strip()
+        output = compacted_window(items, compaction_item(new_id("cmp"), summary))
+        return compaction_object(new_id("resp"), output, usage_object(usage) or usage_object(UsageInfo()))
+
     async def _open_fitting(
         self,
-        request: ResponsesRequest,
+        chat_for: Callable[[list[dict[str, Any]]], dict[str, Any]],
         conversation: list[dict[str, Any]],
+        truncate: bool,
         session_header: Optional[str],
         affinity: Optional[str],
     ) -> ChatGeneration:
-        """The answer opened; with `truncation: "auto"`, a conversation the model's context
-        cannot hold is sent again without its oldest turn until it fits (the LLM slot refuses an
-        overlong prompt before it generates: each try is one tokenization). What is stored is
-        the whole conversation."""
+        """The chat request `chat_for` makes of the conversation, opened; with `truncate`
+        (`truncation: "auto"`; a compaction), a conversation the model's context cannot hold is
+        sent again without its oldest turn until it fits (the LLM slot refuses an overlong prompt
+        before it generates: each try is one tokenization). What is stored is the whole
+        conversation."""
         first = 0
         while True:
-            chat = chat_body(request, from_turn(conversation, first))
             try:
-                return await self._open(chat, session_header, affinity)
+                return await self._open(chat_for(from_turn(conversation, first)), session_header, affinity)
             except APIError as e:
                 full = e.code == "context_length_exceeded"
-                if not full or request.truncation != "auto" or first + 1 >= user_turns(conversation):
+                if not full or not truncate or first + 1 >= user_turns(conversation):
                     raise
                 first += 1
                 logger.info("Response: the conversation is past the context; left out its turn %d", first)
@@ -188,22 +242,40 @@ class ServingResponses:
         return item_page(items, after, limit, order, f"response '{response_id}'")
 
 
+class Recent(NamedTuple):
+    """A response a WebSocket keeps for its next turn (stored or not): the whole conversation
+    it ends (its input items, then its output) and its chain's routing key."""
+
+    response_id: str
+    items: list[dict[str, Any]]
+    chain: Optional[str]
+
+
 class Turn:
     """One response being answered: its id, the conversation it answers, and how it ends
-    (a response object, stored when asked)."""
+    (a response object, stored when asked; `final` once its events are done)."""
 
-    def __init__(self, serving, request, response_id, conversation, added, chain, model):
+    def __init__(self, serving, request, response_id, conversation, added, chain, generation: ChatGeneration):
         self.serving = serving
         self.request: ResponsesRequest = request
         self.id = response_id
         self.conversation = conversation
         self.chain = chain
-        self.model = model
+        self.model = generation.model
+        # The sampling the slot reports on its first chunk: what the response object echoes.
+        self.sampling = generation.first.sampling if generation.first else None
         self.created_at = int(time.time())
         self.added: list[dict[str, Any]] = added  # this request's own input items (conversation's last)
+        self.final: Optional[dict[str, Any]] = None
 
     def response(self, **fields: Any) -> dict[str, Any]:
-        return response_object(self.id, self.created_at, self.model, self.request, **fields)
+        return response_object(self.id, self.created_at, self.model, self.request, sampling=self.sampling, **fields)
+
+    def recent(self) -> Optional[Recent]:
+        """What a WebSocket keeps of this turn to continue from: a completed or incomplete one."""
+        if self.final is None or self.final["status"] not in ("completed", "incomplete"):
+            return None
+        return Recent(self.id, self.conversation + self.final["output"], self.chain)
 
     async def complete(self, generation: ChatGeneration) -> dict[str, Any]:
         chunks = [chunk async for chunk in generation.chunks]
@@ -240,21 +312,28 @@ class Turn:
         run.start(generation.chunks)
         return response
 
-    async def events(self, generation: ChatGeneration) -> AsyncIterator[bytes]:
+    async def events(self, generation: ChatGeneration) -> AsyncIterator[dict[str, Any]]:
+        """The response's stream events (dicts; each transport frames them); `final` is set
+        before the last one."""
         stream = ResponseEvents(self.response())
         for event in stream.start():
-            yield sse_event(event)
+            yield event
         finish_reason, usage = None, None
         try:
-            async for chunk in generation.chunks:
-                for event in stream.feed(chunk):
-                    yield sse_event(event)
-                finish_reason, usage = chunk.finish_reason or finish_reason, chunk.usage or usage
+            # Closed with this generator: a client that leaves stops the generation at once.
+            async with contextlib.aclosing(generation.chunks) as chunks:
+                async for chunk in chunks:
+                    for event in stream.feed(chunk):
+                        yield event
+                    finish_reason, usage = chunk.finish_reason or finish_reason, chunk.usage or usage
         except Exception as e:  # the answer began: the failure is reported in the stream
-            for event in stream.fail(from_exception(e)):
-                yield sse_event(event)
+            failed = stream.fail(from_exception(e))
+            self.final = stream.response
+            for event in failed:
+                yield event
             return
         last = stream.finish(finish_reason, usage)
         await self.keep(stream.response)  # before the final event: a client may read it right after
+        self.final = stream.response
         for event in last:
-            yield sse_event(event)
+            yield event

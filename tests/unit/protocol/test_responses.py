@@ -225,3 +225,22 @@ def test_from_turn_leaves_whole_turns_out_and_keeps_the_system_messages():
     assert from_turn(items, 2) == [items[0], items[7]]
     orphan = [message("user", "One"), call, message("user", "Two"), items[3]]
     assert from_turn(orphan, 1) == [orphan[2]]  # an output whose call was left out goes with it
+
+
+def test_the_response_object_has_every_field_open_responses_requires():
+    """The spec's ResponseResource: the sampling actually used (reported by the slot), every
+    required field present; the old sparse object (null sampling values) is caught."""
+    from deployments.protocol.generation import SamplingUsed
+    from tests.open_responses import response_problems
+
+    request = ResponsesRequest(input="Hi", tools=[{"type": "function", "name": "f"}], safety_identifier="u1")
+    used = SamplingUsed(temperature=0.2, top_p=0.9)
+    response = response_object("resp_1", 1, "m", request, "completed", [], USAGE, sampling=used)
+    assert response_problems(response) == []
+    assert (response["temperature"], response["top_p"], response["safety_identifier"]) == (0.2, 0.9, "u1")
+    assert response["tools"] == [
+        {"type": "function", "name": "f", "description": None, "parameters": None, "strict": True}
+    ]
+    sparse = {**response, "temperature": None}
+    del sparse["service_tier"]
+    assert {p.split(":")[0] for p in response_problems(sparse)} == {"response.temperature", "response.service_tier"}
