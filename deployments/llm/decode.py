@@ -239,6 +239,9 @@ class Decode:
             generated = row.drafts[:kept] + [token]
             row.accepted += kept
             self.counts["accepted"] += kept
+            if row.mask is not None:
+                for t in row.drafts[:kept]:  # the grammar moves past the kept drafted tokens
+                    row.mask.advance(t)
             row.drafts = []
             logprobs = pending.logprobs.get(i)
             for j, t in enumerate(generated):

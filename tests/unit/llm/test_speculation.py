@@ -201,3 +201,35 @@ def test_the_acceptance_counters_grow_by_what_is_new_and_survive_an_engine_resta
         metrics.speculation({"m": sample})
     summary = metrics.summary("m")
     assert (summary["draft_tokens"], summary["accepted_tokens"]) == (31, 11)
+
+
+async def test_a_constrained_answer_that_repeats_keeps_drafts_and_its_grammar(tiny_llm_dir):
+    """An answer the grammar makes repetitive (an array of enum values) keeps drafted tokens,
+    and its grammar moves past each kept one: the answer is the one decoding without drafts
+    gives, valid against its schema."""
+    import json
+
+    import jsonschema
+
+    from deployments.llm.engine import EngineConfig, LLMEngine
+    from tests.gang_requests import answer
+
+    schema = {"type": "array", "items": {"enum": ["alpha beta gamma", "delta epsilon"]}, "minItems": 8, "maxItems": 8}
+    body = {
+        "messages": [{"role": "user", "content": "A list"}],
+        "max_tokens": 120,
+        "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    }
+    answers = {}
+    for name, speculative in (("plain", None), ("drafted", NGRAM)):
+        engine = await LLMEngine.start(name, tiny_llm_dir, EngineConfig(speculative=speculative))
+        try:
+            answers[name] = await answer(engine, body)
+            totals = engine.batch_totals()
+        finally:
+            engine.shutdown()
+    assert totals.accepted_tokens > 0
+    assert answers["drafted"] == answers["plain"]
+    jsonschema.validate(json.loads(answers["drafted"][0]["content"]), schema)
