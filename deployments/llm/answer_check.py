@@ -94,6 +94,21 @@ def violation(value: Any, schema: Any) -> Optional[str]:
     return f"{error.message}" + (f" (at /{where})" if where else "")
 
 
+def loads(text: str) -> Any:
+    """The JSON value of an answer; a key written twice in one object is an error, not the last
+    value (a grammar's map, `additionalProperties` or `patternProperties`, cannot exclude it, and
+    parsers disagree on what it means)."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice = next((key for key in keys if keys.count(key) > 1), None)
+        if twice is not None:
+            raise ValueError(f"the key {twice!r} is written twice in one object")
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=unique)
+
+
 @dataclass(frozen=True)
 class AnswerCheck:
     """What a finished choice of one request must be: its constraint's schemas as sent, and
@@ -128,7 +143,7 @@ class AnswerCheck:
         if constraint.answer is None:
             return None  # free text beside optional calls
         try:
-            value = json.loads(total.content)
+            value = loads(total.content)
         except ValueError as e:
             return f"the answer is not JSON: {e}"
         problem = violation(value, constraint.answer)
@@ -141,7 +156,7 @@ class AnswerCheck:
             if tool is None:
                 return f"a call of '{call.function.name}', which is not among the request's tools"
             try:
-                arguments = json.loads(call.function.arguments)
+                arguments = loads(call.function.arguments)
             except ValueError as e:
                 return f"{tool.param}: the arguments are not JSON: {e}"
             problem = violation(arguments, tool.parameters)

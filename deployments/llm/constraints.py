@@ -263,42 +263,197 @@ def _left_to_the_validator(pattern: str) -> bool:
     return _compile({"type": "string", "pattern": pattern})[0] is not None
 
 
+# Formats llguidance does not know whose syntax is a regular expression (RFC 6901, and the
+# relative form's draft): written into the grammar as a pattern.
+_FORMAT_PATTERNS = {
+    "json-pointer": "^(/([^~/]|~[01])*)*$",
+    "relative-json-pointer": "^(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)$",
+}
+
+
+def _in_grammar_terms(schema: Any, approximated: list[str]) -> Any:
+    """`schema` with keywords llguidance does not implement rewritten into ones it does, for the
+    grammar only (the check reads the schema as sent):
+
+    - `dependentRequired` and `dependencies` {a: [b]}: a absent, or a and b present;
+    - `dependentSchemas` and `dependencies` {a: S}: a absent, or a present and S;
+    - `not: {"required": [a, b]}`: a absent or b absent;
+    - a `json-pointer` or `relative-json-pointer` format: its syntax as a pattern;
+
+    each as anyOf branches with a property `false` (absent): the same answers as the keyword.
+    And `if`/`then`/`else` with an else, as (if and then) or else: more answers than the keyword
+    (one that passes `if` and `else` but not `then`), so it is named in `approximated` and the
+    check decides. Applied after objects are closed: the branches constrain their object's keys,
+    they are not objects of their own."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _subschemas(schema, lambda sub: _in_grammar_terms(sub, approximated))
+    conjuncts: list[Any] = []
+    for key in ("dependentRequired", "dependencies", "dependentSchemas"):
+        deps = out.get(key)
+        if not isinstance(deps, dict):
+            continue
+        for name, dependent in deps.items():
+            if isinstance(dependent, list):
+                present: Any = {"required": [name, *_strings(dependent)]}
+            else:
+                present = {"allOf": [{"required": [name]}, _in_grammar_terms(dependent, approximated)]}
+            conjuncts.append({"anyOf": [{"properties": {name: False}}, present]})
+        del out[key]
+    negated = out.get("not")
+    if isinstance(negated, dict) and set(negated) == {"required"} and _strings(negated["required"]):
+        conjuncts.append({"anyOf": [{"properties": {name: False}} for name in _strings(negated["required"])]})
+        del out["not"]
+    if isinstance(out.get("if"), dict) and isinstance(out.get("else"), dict):
+        condition, then = out.pop("if"), out.pop("then", {})
+        branches = [{"allOf": [condition, then]}, out.pop("else")]
+        conjuncts.append({"anyOf": [_in_grammar_terms(b, approximated) for b in branches]})
+        approximated.append("if/then/else: generated as (if and then) or else")
+    pattern = _FORMAT_PATTERNS.get(out.get("format"))
+    if pattern is not None and "pattern" not in out:
+        out["pattern"] = pattern
+        del out["format"]
+    if conjuncts:
+        out["allOf"] = [*out.get("allOf", []), *conjuncts] if isinstance(out.get("allOf"), list) else conjuncts
+    return out
+
+
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
+
+
+def without_lookarounds(pattern: str) -> str:
+    """The regex with its look-around groups taken out: it matches everything the regex matches
+    (an assertion dropped), and llguidance's regex engine may compile it. Escapes and character
+    classes are read, so a parenthesis in them is no group."""
+    out, i, depth, skip_from = [], 0, 0, None
+    in_class = False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            if skip_from is None:
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":  # a ] first in a class is a character
+                if skip_from is None:
+                    out.append("[]")
+                i += 2
+                continue
+        elif ch == "(":
+            if skip_from is None and pattern.startswith(_LOOKAROUNDS, i):
+                skip_from = depth
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if skip_from is not None and depth == skip_from:
+                skip_from = None
+                i += 1
+                continue
+        if skip_from is None:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _grammar_pattern(pattern: str) -> Optional[str]:
+    """A regex llguidance compiles in place of one it does not: without its look-arounds (more
+    strings match it), or None (the pattern is left out of the grammar)."""
+    relaxed = without_lookarounds(pattern)
+    return relaxed if relaxed != pattern and _compile({"type": "string", "pattern": relaxed})[0] is None else None
+
+
 def _without_patterns(schema: Any, dropped: list[str]) -> Any:
-    """`schema` without the string `pattern`s llguidance's regex engine cannot compile and the
-    validator can, each named in `dropped`."""
+    """`schema` with the regexes llguidance's regex engine cannot compile and the validator can
+    relaxed for the grammar (their look-arounds taken out) or left out: a string's `pattern`, a
+    `patternProperties` key. Each is named in `dropped`: the check enforces it."""
     if not isinstance(schema, dict):
         return schema
     out = _subschemas(schema, lambda s: _without_patterns(s, dropped))
     pattern = out.get("pattern")
     if isinstance(pattern, str) and _left_to_the_validator(pattern):
-        del out["pattern"]
-        dropped.append(f"pattern /{pattern}/ (the grammar engine cannot compile it)")
+        relaxed = _grammar_pattern(pattern)
+        if relaxed is None:
+            del out["pattern"]
+            dropped.append(f"pattern /{pattern}/ (the grammar engine cannot compile it)")
+        else:
+            out["pattern"] = relaxed
+            dropped.append(f"pattern /{pattern}/, generated as /{relaxed}/ (look-around)")
+    keys = out.get("patternProperties")
+    if isinstance(keys, dict) and any(_left_to_the_validator(key) for key in keys):
+        renamed = {}
+        for key, value in keys.items():
+            relaxed = _grammar_pattern(key) if _left_to_the_validator(key) else None
+            if relaxed is not None:
+                dropped.append(f"patternProperties /{key}/, generated as /{relaxed}/ (look-around)")
+            renamed[relaxed or key] = value
+        out["patternProperties"] = renamed
     return out
 
 
 @lru_cache(maxsize=256)
 def _enforcement(text: str) -> Enforcement | str:
-    """The closest grammar llguidance compiles for the schema (its JSON text), or why none: the
-    schema with objects closed; else as sent, should closing have made it unsatisfiable (a case
-    closed_objects does not foresee); each of them without the patterns llguidance cannot
-    compile, left to the check."""
+    """The closest grammar llguidance compiles for the schema (its JSON text), or why none. Tried
+    in turn: the schema with objects closed and unimplemented keywords in grammar terms; closed
+    only; then both as sent, should closing have made it unsatisfiable (a case closed_objects
+    does not foresee); each of them without the patterns llguidance cannot compile, which are
+    left to the check."""
     schema = json.loads(text)
-    candidates = [closed_objects(schema)]
-    if candidates[0] != schema:
-        candidates.append(schema)
+    sent = _known_dialect(schema)
+    closed = closed_objects(sent)
+    # Closed branches can match fewer answers than open ones: one that matches exactly one
+    # closed branch may match two as sent.
+    one_of = ["oneOf: exactly one branch, as sent (closing objects changes which branches match)"]
     first_error = None
-    for candidate in candidates:
-        error, warnings = _compile(candidate)
-        if error is None:
-            return Enforcement(candidate, _left_to_check(warnings))
-        first_error = first_error or error
-        dropped: list[str] = []
-        relaxed = _without_patterns(candidate, dropped)
-        if dropped:
-            error, warnings = _compile(relaxed)
-            if error is None:
-                return Enforcement(relaxed, _left_to_check(warnings) + tuple(dropped))
+    for base, left in ((closed, one_of if _closes_one_of(sent) else []), (sent, [])):
+        approximated: list[str] = []
+        for candidate, notes in ((_in_grammar_terms(base, approximated), approximated), (base, [])):
+            found = _compiled(candidate, left + notes)
+            if isinstance(found, Enforcement):
+                return found
+            first_error = first_error or found
+        if closed == sent:
+            break
     return first_error
+
+
+def _compiled(candidate: dict[str, Any], left: list[str]) -> Enforcement | str:
+    """The candidate's Enforcement, without the patterns llguidance cannot compile if need be;
+    else llguidance's error."""
+    error, warnings = _compile(candidate)
+    if error is None:
+        return Enforcement(candidate, _left_to_check(warnings + left))
+    dropped: list[str] = []
+    relaxed = _without_patterns(candidate, dropped)
+    if dropped:
+        relaxed_error, warnings = _compile(relaxed)
+        if relaxed_error is None:
+            return Enforcement(relaxed, _left_to_check(warnings + left + dropped))
+    return error
+
+
+def _known_dialect(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without a `$schema` that names no JSON Schema draft (Snowplow's self-describing
+    meta-schema, say): llguidance would try to fetch it; the validator reads it as 2020-12."""
+    dialect = schema.get("$schema")
+    if isinstance(dialect, str) and not re.match(r"https?://json-schema\.org/", dialect):
+        return {k: v for k, v in schema.items() if k != "$schema"}
+    return schema
+
+
+def _closes_one_of(schema: Any) -> bool:
+    """Whether closing objects changes a branch of some oneOf in the schema."""
+    if not isinstance(schema, dict):
+        return False
+    branches = schema.get("oneOf") if isinstance(schema.get("oneOf"), list) else []
+    if any(closed_objects(branch) != branch for branch in branches):
+        return True
+    found: list[bool] = []
+    _subschemas(schema, lambda sub: found.append(_closes_one_of(sub)))
+    return any(found)
 
 
 def _left_to_check(warnings: list[str]) -> tuple[str, ...]:

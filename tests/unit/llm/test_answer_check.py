@@ -80,6 +80,7 @@ def test_the_verdict_checks_the_schema_as_sent():
     assert check.verdict(answer('{"a": [1, 2], "b": 3}')) is None  # closing was the grammar's choice only
     assert "non-unique" in check.verdict(answer('{"a": [1, 1]}')) and "/a" in check.verdict(answer('{"a": [1, 1]}'))
     assert "not JSON" in check.verdict(answer('{"a": '))
+    assert "twice" in check.verdict(answer('{"a": [1], "a": [2]}'))  # a map's key written twice
     assert check.verdict(answer('{"a": [1, 1', finish="length")) is None  # cut: incomplete, said so
 
 

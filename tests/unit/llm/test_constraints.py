@@ -11,6 +11,7 @@ import pytest
 
 from deployments.llm.constraints import (
     ANY_OBJECT,
+    JSON_STYLE,
     Constraint,
     Guide,
     Thinking,
@@ -21,6 +22,7 @@ from deployments.llm.constraints import (
     enforcement,
     parse_json_calls,
     plan,
+    without_lookarounds,
 )
 from deployments.protocol.errors import APIError
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
@@ -166,10 +168,15 @@ def test_a_schema_closing_would_make_unsatisfiable_is_compiled_as_sent():
     "schema, left",
     [
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
-        ({"type": "object", "not": {"required": ["a"]}}, '"not"'),
+        ({"type": "object", "not": {"enum": [{}]}}, '"not"'),
         ({"properties": {"a": {}}, "if": {"required": ["a"]}, "then": {"minProperties": 1}}, '"if"'),
-        ({"properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}}, "dependentRequired"),
+        ({"properties": {"a": {}}, "if": {"required": ["a"]}, "then": {}, "else": {}}, "if/then/else"),
+        ({"type": "array", "contains": {"const": 1}}, "contains"),
         ({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]}, "oneOf"),
+        (  # branches closing narrows: {"a": 1} matches one closed branch, both as sent
+            {"oneOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]},
+            "closing objects",
+        ),
         ({"type": "string", "format": "regex"}, "regex"),
         ({"type": "string", "pattern": "^(?!admin)[a-z]+$"}, "(?!admin)"),
     ],
@@ -179,9 +186,64 @@ def test_what_the_grammar_cannot_enforce_is_left_to_the_check_and_named(schema, 
     assert any(left in reason for reason in found.left_to_check), found.left_to_check
 
 
-def test_a_pattern_the_grammar_cannot_compile_leaves_the_grammar_only():
+@pytest.mark.parametrize(
+    "schema, allowed, refused",
+    [
+        (  # dependentRequired, and dependencies' array form: a absent, or a and b present
+            {"properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+            [{}, {"b": 1}, {"a": 1, "b": 2}],
+            [{"a": 1}],
+        ),
+        ({"properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}}, [{"a": 1, "b": 2}], [{"a": 1}]),
+        (  # dependentSchemas: a present, then S
+            {"properties": {"a": {}, "b": {"type": "integer"}}, "dependentSchemas": {"a": {"required": ["b"]}}},
+            [{}, {"a": 1, "b": 2}],
+            [{"a": 1}],
+        ),
+        ({"properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}}, [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}]),
+        ({"type": "string", "format": "json-pointer"}, ["/a/b~1c", ""], ["a/b", "/~2"]),
+    ],
+)
+def test_keywords_llguidance_lacks_are_written_in_its_terms_with_the_same_answers(
+    smollm2_guide, schema, allowed, refused
+):
+    found = enforcement(schema, "response_format")
+    assert found.left_to_check == ()  # the grammar is exact: nothing held back for the check
+    grammar = smollm2_guide.plan(Constraint.from_request(chat(response_format=schema_format(schema))), False)
+    separators = (JSON_STYLE["item_separator"], JSON_STYLE["key_separator"])
+    for value in allowed:
+        assert accepts(smollm2_guide, grammar.grammar, json.dumps(value, separators=separators)), value
+    for value in refused:
+        assert not accepts(smollm2_guide, grammar.grammar, json.dumps(value, separators=separators)), value
+
+
+@pytest.mark.parametrize(
+    "pattern, relaxed",
+    [
+        ("^(?!-)[a-z-]{1,16}$", "^[a-z-]{1,16}$"),
+        ("^((?!mode)(?!Mode).)*$", "^(.)*$"),
+        ("^(?!(False|None)$)[a-z]+$", "^[a-z]+$"),  # a group inside the look-ahead
+        ("(?<=a)b(?<!c)", "b"),
+        (r"a\(?!b)", r"a\(?!b)"),  # an escaped parenthesis opens no group
+        ("[(?!x)]y", "[(?!x)]y"),  # nor one in a character class
+        ("[]()]", "[]()]"),  # a ] first in a class is a character
+    ],
+)
+def test_look_arounds_come_out_of_a_regex_for_the_grammar(pattern, relaxed):
+    assert without_lookarounds(pattern) == relaxed
+
+
+def test_a_pattern_with_look_arounds_is_generated_without_them_and_checked():
     found = enforcement({"type": "string", "pattern": "^(?!admin)[a-z]+$", "maxLength": 5}, "response_format")
-    assert found.grammar == {"type": "string", "maxLength": 5}
+    assert found.grammar == {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}
+    keys = enforcement({"patternProperties": {"^(?!@@)[a-z]+$": {"type": "integer"}}}, "response_format")
+    assert list(keys.grammar["patternProperties"]) == ["^[a-z]+$"] and "look-around" in keys.left_to_check[0]
+
+
+def test_a_pattern_the_grammar_cannot_compile_at_all_leaves_the_grammar_only():
+    found = enforcement({"type": "string", "pattern": "^(a)\\1$", "maxLength": 5}, "response_format")
+    assert found.grammar == {"type": "string", "maxLength": 5}  # a backreference: no regular language
+    assert "cannot compile" in found.left_to_check[0]
 
 
 def test_the_grammar_keeps_the_order_of_the_properties():
@@ -234,7 +296,7 @@ def test_required_without_tools_is_a_400():
         ({"type": "strin"}, "strin"),
         ({"$ref": "#/$defs/missing"}, "missing"),
         ({"$ref": "https://example.com/remote.json"}, "example.com"),  # nothing is fetched
-        ({"patternProperties": {"^(?!x)": {"type": "string"}}}, "look-around"),  # a key's regex
+        ({"patternProperties": {"^x": {"type": "string"}, "y$": {}}}, "disjoint"),  # keys both could match
         (  # a recursive $ref merged with sibling keywords: beyond llguidance
             {
                 "$defs": {"F": {"properties": {"c": {"allOf": [{"$ref": "#/$defs/F"}, {"properties": {}}]}}}},
