@@ -47,9 +47,9 @@ class LLMSlotConfig(SlotModelsConfig):
     schema_attempts: int = Field(
         4,
         ge=1,
-        description="Attempts a structured answer gets to validate against its JSON Schema where the grammar "
-        "leaves part of the schema to a check (uniqueItems, not, if/then/else...); each failed one is resampled, "
-        "and a choice that never passes ends with finish_reason schema_not_met",
+        description="Attempts a structured answer gets to validate against its JSON Schema as sent (what the "
+        "grammar cannot enforce, uniqueItems, if/then/else..., is checked on the finished answer); a failed one is "
+        "generated again with another seed, and a choice that never passes ends with finish_reason schema_not_met",
     )
     prefix_cache_entries: int = Field(
         10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
