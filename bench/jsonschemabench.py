@@ -3,9 +3,8 @@ real schemas from every category, each sent as a strict `json_schema` response_f
 default LLM (SmolLM2-135M-Instruct) over HTTP, as a client sends it; every answer judged apart
 from the server's own check; beside it, what llguidance alone compiles of the same schemas.
 
-`python -m bench --scenarios jsonschemabench --data DIR [--schemas 300]`, or
-`python -m bench.jsonschemabench --data DIR [--schemas 300]`; DIR is a local clone of the
-benchmark (its `data/<category>/*.json`). The data is not part of this repository, and never
+`python -m bench --scenarios jsonschemabench --data DIR [--schemas 300]`; DIR is a local clone
+of the benchmark (its `data/<category>/*.json`). The data is not part of this repository, and never
 committed: only the results (bench/results/jsonschemabench.json and .md).
 
 - The sample: `--schemas` schemas, each category's share of the benchmark (at least
@@ -27,17 +26,15 @@ committed: only the results (bench/results/jsonschemabench.json and .md).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
-from bench.report import pyplot, save_standalone, table
+from bench.report import pyplot, table
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_SEED = 40  # the number: any fixed seed gives a fixed sample
@@ -402,40 +399,3 @@ async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
         return await measure(url, Path(opts.data), opts.schemas, progress)
     finally:
         cluster.delete("bench-jsonschemabench")
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.jsonschemabench", description=__doc__)
-    p.add_argument("--data", type=Path, required=True, help="a local clone of guidance-ai/jsonschemabench")
-    p.add_argument("--schemas", type=int, default=DEFAULT_SCHEMAS)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
-    opts = p.parse_args(argv)
-    import os
-
-    from bench.cluster import BenchCluster
-
-    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    t0 = time.perf_counter()
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    with BenchCluster(opts.cache_dir) as cluster:
-        result = asyncio.run(run(cluster, opts.cache_dir, Path("."), opts, progress))
-    command = " ".join(["python -m bench.jsonschemabench", *(sys.argv[1:] if argv is None else argv)])
-    result = {
-        "preset": "custom",
-        "command": command.replace(str(opts.data), "DIR"),
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        **result,
-    }
-    save_standalone(opts.out, "jsonschemabench", result, render(result))
-    plot(result, opts.out / "jsonschemabench.png")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    sys.exit(main())
