@@ -81,10 +81,11 @@ class CheckedStream:
             if failed:
                 attempt += 1
                 stream = await self.open_attempt(len(failed), attempt)
-        if pending is None:
+        if pending is None and self.usage is not None:  # the usage came without a choice's end
             pending = GenerationChunk()
-        pending.usage = self.usage
-        yield pending
+        if pending is not None:
+            pending.usage = self.usage
+            yield pending
 
     async def _attempt(
         self, stream: Any, indices: Optional[list[int]], attempt: int, failed: list[int]
@@ -131,8 +132,9 @@ class CheckedStream:
         if self.hold:
             logger.info("A structured answer failed its schema (attempt %d, the last): %s", attempt, problem)
             return [GenerationChunk(index=chunk.index, finish_reason=SCHEMA_NOT_MET)]
-        # Its text is out already: the grammar should have made this impossible (llguidance and the
-        # validator disagree), and the end says so.
+        # Its text is out already: its grammar was the whole schema, so only what a grammar cannot
+        # exclude gets here (a map's key written twice; llguidance and the validator disagreeing),
+        # and the end says so.
         logger.warning("A streamed structured answer failed its schema after it was sent: %s", problem)
         return [chunk.model_copy(update={"finish_reason": SCHEMA_NOT_MET})]
 
