@@ -69,10 +69,23 @@ KEYWORDS = (
     "prefixItems",
     "multipleOf",
 )
-# Where a keyword's value is a map of names (not of keywords): its keys are not looked at.
-_NAME_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies")
-# Where a keyword's value is data, not schemas.
-_DATA = ("enum", "const", "default", "examples", "example", "required")
+# Where a schema holds other schemas: one, a list of them, a map of names to them (for
+# `dependencies` the map's values may be name lists, which hold none).
+_SUBSCHEMA = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,31 +116,30 @@ def sample(data: Path, total: int, seed: int = SAMPLE_SEED) -> list[tuple[str, P
 
 
 def keywords(schema: Any) -> set[str]:
-    """The KEYWORDS a schema uses anywhere (formats as `format:<name>`), plus
-    `required-not-in-properties` for an object that requires a name it does not list."""
+    """The KEYWORDS a schema uses in any of its (sub)schemas (formats also as `format:<name>`),
+    plus `required-not-in-properties` for an object that requires a name it does not list. Only
+    schema positions are read: a property named `not`, an enum value holding `if`, Snowplow's
+    `self` object with its `format` are no keywords."""
     found: set[str] = set()
 
     def walk(node: Any) -> None:
-        if isinstance(node, list):
-            for item in node:
-                walk(item)
-            return
         if not isinstance(node, dict):
             return
-        for key, value in node.items():
-            if key in KEYWORDS:
-                found.add(key)
-            if key == "format" and isinstance(value, str):
-                found.add(f"format:{value}")
-            if key in _NAME_MAPS and isinstance(value, dict):
-                for sub in value.values():
-                    walk(sub)
-            elif key not in _DATA:
-                walk(value)
+        found.update(key for key in node if key in KEYWORDS)
+        if isinstance(node.get("format"), str):
+            found.add(f"format:{node['format']}")
         listed = node.get("properties") if isinstance(node.get("properties"), dict) else None
         required = node.get("required") if isinstance(node.get("required"), list) else []
         if listed is not None and any(isinstance(n, str) and n not in listed for n in required):
             found.add("required-not-in-properties")
+        for key in _SUBSCHEMA:
+            walk(node.get(key))
+        for key in _SUBSCHEMA_LISTS:
+            for sub in node.get(key) if isinstance(node.get(key), list) else ():
+                walk(sub)
+        for key in _SUBSCHEMA_MAPS:
+            for sub in node.get(key).values() if isinstance(node.get(key), dict) else ():
+                walk(sub)
 
     walk(schema)
     return found

@@ -54,6 +54,7 @@ def test_keywords_are_found_in_schema_positions_only():
         "required": ["not", "c"],
         "enum": [{"if": 1}],
         "$defs": {"x": {"dependentRequired": {"a": ["b"]}}},
+        "self": {"vendor": "com.example", "format": "jsonschema"},  # Snowplow's: data, not a schema
     }
     assert keywords(schema) == {
         "format",
@@ -63,7 +64,7 @@ def test_keywords_are_found_in_schema_positions_only():
         "enum",
         "dependentRequired",
         "required-not-in-properties",
-    }  # a property named "not" and an enum value holding "if" are no keywords
+    }  # a property named "not", an enum value holding "if", Snowplow's self object are no keywords
 
 
 def test_llguidance_alone_declines_what_it_does_not_implement():
