@@ -225,8 +225,9 @@ def _matches(pattern: str, name: str) -> bool:
 @dataclass(frozen=True)
 class Enforcement:
     """How one JSON Schema is enforced: `grammar`, the schema the grammar is compiled from (objects
-    closed, patterns llguidance cannot compile left out), and `left_to_check`, what that grammar
-    does not enforce, in llguidance's words (its warnings: "Unimplemented keys: [\"uniqueItems\"]",
+    closed, keywords llguidance lacks written in its terms where that can be done, patterns it
+    cannot compile relaxed or left out), and `left_to_check`, what that grammar does not enforce,
+    in llguidance's words where they are its warnings ("Unimplemented keys: [\"uniqueItems\"]",
     "oneOf not fully supported, falling back to anyOf...", "Unknown format: regex"), which the
     finished answer's check against the schema as sent enforces (deployments/llm/answer_check.py).
     Empty: the grammar is the schema, every answer it allows is valid."""

@@ -22,6 +22,7 @@ prompt once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -106,20 +107,22 @@ class CheckedStream:
                     else:
                         yield chunk
                     continue
-                for out in self._finished(chunk, totals[index], held.pop(index, []), attempt, failed):
+                # Off the event loop: a large schema takes milliseconds, a client's pattern maybe more.
+                problem = await asyncio.to_thread(self.check.verdict, totals[index])
+                for out in self._finished(chunk, problem, held.pop(index, []), attempt, failed):
                     yield out
 
     def _finished(
         self,
         chunk: GenerationChunk,
-        total: GenerationChunk,
+        problem: Optional[str],
         kept: list[GenerationChunk],
         attempt: int,
         failed: list[int],
     ) -> list[GenerationChunk]:
-        """What goes out for a choice's last chunk: the choice, if it passes; nothing, if it is to
-        be resampled (its index joins `failed`); else its end with finish_reason schema_not_met."""
-        problem = self.check.verdict(total)
+        """What goes out for a choice's last chunk, given its check's verdict (`problem`): the
+        choice, if it passes; nothing, if it is to be resampled (its index joins `failed`); else
+        its end with finish_reason schema_not_met."""
         if problem is None:
             self.record("cut" if chunk.finish_reason == "length" else "valid")
             return [*kept, chunk]
