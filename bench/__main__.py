@@ -30,7 +30,9 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # beside ASR, TTS and image work, the graph against one server per modality; ASR against
 # faster-whisper at 1/4/16 clients with the in-process CPU time and per-op profile of one request.
 # Kokoro speech against mlx_audio.server on the same directory (time to first audio, RTF, 1 and 4
-# at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process.
+# at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process, and
+# what check-and-retry costs. JSONSchemaBench's real schemas on the graph, from a local clone
+# (--data DIR): coverage, answers invalid, beside what llguidance alone compiles.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -52,6 +54,7 @@ EXTRA_SCENARIOS = (
     "engine",
     "speculative",
     "sharded",
+    "jsonschemabench",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
@@ -90,6 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--tokens", type=int, default=None, help="generated tokens per LLM request")
+    p.add_argument(
+        "--data", type=Path, default=None, help="jsonschemabench: a local clone of guidance-ai/jsonschemabench"
+    )
+    p.add_argument("--schemas", type=int, default=300, help="jsonschemabench: how many of its schemas to sample")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)

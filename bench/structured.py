@@ -30,6 +30,12 @@ kind of prompt and record, with a schema whose longest answer fits in `ANSWER_TO
 records, bounded names), so a complete answer is always possible. An answer is valid when the
 whole of it parses (`json.loads`, as the openai SDK's `.parse()` reads it) and validates against
 the schema (jsonschema).
+
+Check-and-retry: the same validity requests with each record's tags `uniqueItems`, a keyword the
+grammar leaves to the check of the finished answer, beside the same without, through the
+ingress's check (deployments/ingress/serving/structured.py) over the engine in process: answers
+valid and not met, attempts, tokens generated (all attempts) and wall time per answer, the cost of
+the keyword the grammar cannot enforce.
 """
 
 from __future__ import annotations
@@ -88,11 +94,16 @@ def schema(records: int) -> dict:
     return _people(_record({"type": "string"}), minItems=records)
 
 
-def answer_schema() -> dict:
+def answer_schema(unique_tags: bool = False) -> dict:
     """The validity requests' schema: the same records, one or two, each name at most ten letters
     (a pattern, not `maxLength`: a string's escapes would make its length in tokens unbounded),
-    so every answer the schema allows fits in ANSWER_TOKENS."""
-    return _people(_record({"type": "string", "pattern": "^[A-Za-z ]{1,10}$"}), minItems=1, maxItems=2)
+    so every answer the schema allows fits in ANSWER_TOKENS. `unique_tags`: each record's tags
+    `uniqueItems`, which the grammar leaves to the check of the finished answer (the
+    check-and-retry case)."""
+    record = _record({"type": "string", "pattern": "^[A-Za-z ]{1,10}$"})
+    if unique_tags:
+        record["properties"]["tags"]["uniqueItems"] = True
+    return _people(record, minItems=1, maxItems=2)
 
 
 def _tag(key: str) -> str:
@@ -121,8 +132,9 @@ def request_body(mode: str, wave: int, i: int, tokens: int) -> dict:
     return body
 
 
-def answer_body(i: int) -> dict:
+def answer_body(i: int, unique_tags: bool = False) -> dict:
     """A validity request: an answer the schema allows always fits in its max_tokens."""
+    schema_ = answer_schema(unique_tags)
     return {
         "messages": [
             {"role": "user", "content": f"{_tag(f'answer/{i}')} list one or two people of the village as JSON."}
@@ -130,7 +142,7 @@ def answer_body(i: int) -> dict:
         "max_tokens": ANSWER_TOKENS,
         "temperature": 0,
         "chat_template_kwargs": NO_THINKING,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "village", "schema": answer_schema()}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "village", "schema": schema_}},
     }
 
 
@@ -176,7 +188,7 @@ async def prepare(engine, body: dict):
     prompt = chat_prompt(engine.tokenizer, request)
     params = SamplingParams.from_request(request, request.max_tokens, {})
     constraint = await asyncio.to_thread(checked_constraint, request)
-    return prompt, params, await engine.guide(constraint, prompt)
+    return prompt, params, await engine.guide(constraint, prompt, request.choice_count())
 
 
 async def generate(engine, prepared) -> tuple[int, str]:
@@ -218,6 +230,79 @@ async def wave(engine, mode: str, streams: int, tokens: int, wave_id: int) -> di
 async def engine_answers(engine, n: int) -> list[str]:
     prepared = await asyncio.gather(*(prepare(engine, answer_body(i)) for i in range(n)))
     return [text for _, text in await asyncio.gather(*(generate(engine, p) for p in prepared))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Check-and-retry: the validity requests with each record's tags `uniqueItems` (left to the check
+# of the finished answer, resampled when it fails) beside the same without (the grammar is the
+# whole schema), through the ingress's own check (deployments/ingress/serving/structured.py) over
+# the engine in this process.
+
+CHECK_VARIANTS = ("grammar", "check")
+
+
+class EngineStream:
+    """The engine's generation of one request as the ingress holds a slot's stream (`first`, its
+    first chunk awaited; `chunks()`)."""
+
+    def __init__(self, chunks, first):
+        self._chunks, self.first = chunks, first
+
+    @classmethod
+    async def open(cls, engine, body: dict) -> EngineStream:
+        prompt, params, guided = await prepare(engine, body)
+        n = body.get("n") or 1
+        chunks = engine.generate(prompt, params, None, n, None, guided)
+        return cls(chunks, await chunks.__anext__())
+
+    async def chunks(self):
+        yield self.first
+        async for chunk in self._chunks:
+            yield chunk
+
+
+async def checked_answer(engine, body: dict) -> dict:
+    """One request through the check: its outcome, attempts, tokens generated, wall time."""
+    from deployments.ingress.serving.structured import CheckedStream
+    from deployments.llm.answer_check import AnswerCheck, retry_fields
+    from deployments.llm.config import LLMSlotConfig
+    from deployments.protocol.openai import ChatCompletionRequest
+
+    request = ChatCompletionRequest.model_validate(body)
+    results: list[str] = []
+
+    async def open_attempt(choices: int, attempt: int) -> EngineStream:
+        return await EngineStream.open(engine, {**body, **retry_fields(request, attempt, choices)})
+
+    t0 = time.perf_counter()
+    checked = CheckedStream(
+        await EngineStream.open(engine, body),
+        AnswerCheck.of(request),
+        open_attempt,
+        LLMSlotConfig().schema_attempts,
+        streamed=False,
+        record=results.append,
+    )
+    finish, tokens = None, 0
+    async for chunk in checked.chunks():
+        finish = chunk.finish_reason or finish
+        tokens = chunk.usage.completion_tokens if chunk.usage else tokens
+    return {"finish": finish, "attempts": len(results), "tokens": tokens, "seconds": time.perf_counter() - t0}
+
+
+async def checked_answers(engine, n: int, unique_tags: bool) -> dict:
+    """`n` validity requests at once, through the check."""
+    t0 = time.perf_counter()
+    answers = await asyncio.gather(*(checked_answer(engine, answer_body(i, unique_tags)) for i in range(n)))
+    return {
+        "answers": n,
+        "valid": sum(a["finish"] == "stop" for a in answers),
+        "not_met": sum(a["finish"] == "schema_not_met" for a in answers),
+        "attempts_per_answer": sum(a["attempts"] for a in answers) / n,
+        "tokens_per_answer": sum(a["tokens"] for a in answers) / n,
+        "seconds_per_answer": sum(a["seconds"] for a in answers) / n,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +387,8 @@ async def measure_model(
                     progress(f"structured: {name} {c} streams, {system} {mode}: {m['tokens_per_s']:.1f} tok/s")
         n = max(concurrency)
         answers = {"engine": await engine_answers(engine, n)}
+        checks = {variant: await checked_answers(engine, n, variant == "check") for variant in CHECK_VARIANTS}
+        progress(f"structured: {name} check-and-retry: {checks}")
         if peer:
             answers["peer"] = await peer_answers(http, url, n)
     finally:
@@ -320,7 +407,7 @@ async def measure_model(
         if peer:
             level["peer"] = _levels(runs["peer"][c])
         levels[str(c)] = level
-    return {"dir_name": model_dir.name, "levels": levels, "validity": validity}
+    return {"dir_name": model_dir.name, "levels": levels, "validity": validity, "checks": checks}
 
 
 def _levels(by_mode: dict) -> dict:
@@ -444,6 +531,44 @@ def render(result: dict) -> str:
             f"records) whose every answer fits in their max_tokens ({max_tokens}); an answer is valid "
             "when the whole of it parses (`json.loads`, as the openai SDK's `.parse()` reads it; JSON "
             "inside a Markdown fence does not) and validates against the schema (jsonschema)."
+        )
+    check_rows = [
+        [
+            name,
+            "with `uniqueItems` (checked)" if variant == "check" else "without (the grammar is the schema)",
+            f"{c['valid']}/{c['answers']}",
+            c["not_met"],
+            c["attempts_per_answer"],
+            c["tokens_per_answer"],
+            c["wall_s"],
+            ratio(c["tokens_per_answer"], m["checks"]["grammar"]["tokens_per_answer"]),
+            ratio(c["wall_s"], m["checks"]["grammar"]["wall_s"]),
+        ]
+        for name, m in result["models"].items()
+        if m.get("checks")
+        for variant, c in m["checks"].items()
+    ]
+    if check_rows:
+        out += "\n\n" + table(
+            [
+                "model",
+                "tags",
+                "valid answers",
+                "not met",
+                "attempts/answer",
+                "tokens/answer (all attempts)",
+                "wall s (all at once)",
+                "tokens vs without",
+                "wall vs without",
+            ],
+            check_rows,
+        )
+        notes.append(
+            "Check-and-retry: the validity requests again, each through the ingress's check of the finished answer "
+            "(deployments/ingress/serving/structured.py) over the engine in process, once with each record's tags "
+            "`uniqueItems` (a keyword llguidance leaves to the check: an answer with a tag twice is resampled, "
+            "greedy's retries at temperature 0.7, up to llm.schema_attempts attempts) and once without. Tokens: "
+            "every attempt's, as usage counts them; not met: every attempt failed, nothing returned."
         )
     return out + "\n\n" + "\n\n".join(notes)
 

@@ -1,8 +1,10 @@
 """Request metrics of the ingress: Ray (Prometheus) counters and a JSON summary.
 
 Ray Serve's own metrics (ray_serve_*) stay as they are; these add per-route counts by status
-and latency. Routes are labelled by their template (`/v1/models/{model_id:path}`), never by
-the raw path, so a flood of random URLs cannot blow up the label set.
+and latency, and per LLM model the structured answers checked against their schemas by the
+ingress (deployments/ingress/serving/structured.py): valid, resampled, not met, cut by
+max_tokens. Routes are labelled by their template (`/v1/models/{model_id:path}`), never by the
+raw path, so a flood of random URLs cannot blow up the label set.
 """
 
 from __future__ import annotations
@@ -24,24 +26,45 @@ INGRESS_METRICS = {
         boundaries=(5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000),
         tags=("route", "method"),
     ),
+    "schema_checks": CounterSpec(
+        "ominix_schema_checks",
+        "Finished structured answers checked against their JSON Schemas, by result: valid; resampled "
+        "(invalid, another attempt made); not_met (invalid, the budget spent); cut (by max_tokens, unchecked)",
+        tags=("model", "result"),
+    ),
 }
+# The results of a schema check (the `result` tag).
+SCHEMA_RESULTS = ("valid", "resampled", "not_met", "cut")
 
 
 class IngressMetrics:
     def __init__(self):
         self.requests: Counter[tuple[str, str, int]] = Counter()
+        self.schema_checks: Counter[tuple[str, str]] = Counter()
 
     def record(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests[(method, route, status)] += 1
         ray_metrics.record(INGRESS_METRICS["requests"], 1, {"route": route, "method": method, "status": str(status)})
         ray_metrics.record(INGRESS_METRICS["latency"], seconds * 1000, {"route": route, "method": method})
 
+    def schema_check(self, model: str, result: str) -> None:
+        self.schema_checks[(model, result)] += 1
+        ray_metrics.record(INGRESS_METRICS["schema_checks"], 1, {"model": model, "result": result})
+
     def summary(self) -> dict:
         by_route: dict[str, dict[str, int]] = {}
         for (method, route, status), n in sorted(self.requests.items()):
             by_route.setdefault(f"{method} {route}", {})[str(status)] = n
         errors = sum(n for (_, _, status), n in self.requests.items() if status >= 400)
-        return {"requests_total": sum(self.requests.values()), "errors_total": errors, "by_route": by_route}
+        checks: dict[str, dict[str, int]] = {}
+        for (model, result), n in sorted(self.schema_checks.items()):
+            checks.setdefault(model, dict.fromkeys(SCHEMA_RESULTS, 0))[result] = n
+        return {
+            "requests_total": sum(self.requests.values()),
+            "errors_total": errors,
+            "by_route": by_route,
+            "schema_checks": checks,
+        }
 
 
 class RequestMetrics:

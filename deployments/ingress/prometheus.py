@@ -6,6 +6,8 @@ Which format: `?format=prometheus|openmetrics|json`, else the Accept header (a P
 server asks for OpenMetrics first, then text/plain), else JSON, MiniInfer's contract. Series:
 
 - `ominix_ingress_requests_total{method,route,status}`: this ingress replica's requests;
+- `ominix_ingress_schema_checks_total{model,result}`: the structured answers it checked against
+  their schemas, by result (valid, resampled, not_met, cut);
 - `ominix_slot_up{slot}`: 1 when the slot answered the summary, 0 when it did not;
 - `ominix_<slot>_<figure>{model,replica}`: each number of a slot's summary (its counters,
   histogram sums and counts, engine counters), typed unknown since the summary does not say
@@ -60,6 +62,7 @@ class _SummaryCollector:
 
     def collect(self) -> Iterator[Metric]:
         yield _ingress_requests(self.summary.get("ingress", {}))
+        yield _schema_checks(self.summary.get("ingress", {}))
         slots = {name: answer for name, answer in self.summary.items() if name != "ingress"}
         up = GaugeMetricFamily("ominix_slot_up", "1 when the slot answered the summary, else 0", labels=["slot"])
         for name, answer in slots.items():
@@ -77,6 +80,18 @@ def _ingress_requests(ingress: dict[str, Any]) -> Metric:
         method, _, route = method_route.partition(" ")
         for status, n in by_status.items():
             family.add_metric([method, route, status], n)
+    return family
+
+
+def _schema_checks(ingress: dict[str, Any]) -> Metric:
+    family = CounterMetricFamily(
+        "ominix_ingress_schema_checks",
+        "Structured answers this ingress replica checked against their JSON Schemas, by result",
+        labels=["model", "result"],
+    )
+    for model, by_result in ingress.get("schema_checks", {}).items():
+        for result, n in by_result.items():
+            family.add_metric([model, result], n)
     return family
 
 

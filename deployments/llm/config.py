@@ -86,6 +86,13 @@ class LLMSlotConfig(SlotModelsConfig):
     max_n: int = Field(
         8, ge=1, description="Choices one request may ask for (`n`); more is a 400. The n share one prefill and batch"
     )
+    schema_attempts: int = Field(
+        4,
+        ge=1,
+        description="Attempts a structured answer gets to validate against its JSON Schema as sent (what the "
+        "grammar cannot enforce, uniqueItems, if/then/else..., is checked on the finished answer); a failed one is "
+        "generated again with another seed, and a choice that never passes ends with finish_reason schema_not_met",
+    )
     prefix_cache_entries: int = Field(
         10, ge=0, description="Prompt KV caches kept for reuse by later prompts with the same start; 0: off"
     )
@@ -199,5 +206,7 @@ class LLMSlotConfig(SlotModelsConfig):
         )
 
     def catalog_entry(self, cache_dir: Path) -> dict:
-        # The ingress refuses n over the limit before the slot sees the request.
-        return {**super().catalog_entry(cache_dir), "options": {"max_n": self.max_n}}
+        # The ingress refuses n over the limit before the slot sees the request, and resamples a
+        # structured answer that fails its schema (deployments/ingress/serving/structured.py).
+        options = {"max_n": self.max_n, "schema_attempts": self.schema_attempts}
+        return {**super().catalog_entry(cache_dir), "options": options}

@@ -5,9 +5,12 @@ Three steps, each usable without the next:
 
 - `Constraint.from_request`: what the request asks for (a JSON answer, tool calls), with the
   400s for what cannot be served (a forced tool that is not among the tools).
-- `check_schemas`: every JSON Schema compiled without a tokenizer, so a schema llguidance cannot
-  compile, or a feature it does not support, is a 400 before any token is generated. The ingress
-  calls it before a slot sees the request; the replica calls it again.
+- `check_schemas`: every JSON Schema compiled without a tokenizer into the closest grammar
+  llguidance can enforce (`Enforcement`: objects closed, what it does not implement left out and
+  named), so a schema it cannot compile at all is a 400 before any token is generated. What the
+  grammar leaves out is enforced by checking the finished answer against the schema as sent,
+  and resampling (deployments/llm/answer_check.py, called by the ingress). The ingress calls it
+  before a slot sees the request; the replica calls it again.
 - `Guide` (one per model, built from its Hugging Face tokenizer): the grammar of one request
   (the prompt's thinking state, the model's tool-call syntax) and a `TokenMask` per choice, the
   matcher that says which tokens may come next after each sampled one.
@@ -20,9 +23,11 @@ the tokenizer's token trie. No Ray, no MLX: the engine applies the mask to the l
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, Optional
 
 import numpy as np
@@ -33,6 +38,12 @@ from deployments.protocol.openai import ChatCompletionRequest, NamedToolChoice, 
 # JSON as json.dumps writes it (what models saw most), with no free whitespace: a model cannot
 # spend its tokens on runs of spaces and newlines between the values.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# `lenient`: a keyword llguidance does not implement (uniqueItems, not, if/then/else,
+# dependencies, contains...) or a format it does not know is left out of the grammar and named in
+# a warning, not an error; `coerce_one_of`: a oneOf whose branches may overlap is generated as
+# anyOf, with a warning. What a warning names is enforced by checking the finished answer against
+# the schema as sent (Enforcement.left_to_check; deployments/llm/answer_check.py).
+JSON_OPTIONS = {**JSON_STYLE, "lenient": True, "coerce_one_of": True}
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 # Newlines or spaces a model writes after its thinking, before the answer.
@@ -49,7 +60,7 @@ ToolMode = Literal["none", "auto", "required"]
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
-    parameters: dict[str, Any]  # the JSON Schema of the call's arguments
+    parameters: dict[str, Any]  # the JSON Schema of the call's arguments, as sent
     param: str  # where the request defines it, for error messages
 
 
@@ -57,7 +68,7 @@ class ToolSpec:
 class Constraint:
     """What the answer must be: a JSON value (`answer`), tool calls, or either."""
 
-    answer: Optional[dict[str, Any]] = None  # the answer's JSON Schema; None: free text
+    answer: Optional[dict[str, Any]] = None  # the answer's JSON Schema as sent; None: free text
     answer_param: str = "response_format"
     tools: tuple[ToolSpec, ...] = ()
     tool_mode: ToolMode = "none"  # required: one call or more; auto: text or calls
@@ -88,7 +99,7 @@ def answer_schema(response_format: Optional[ResponseFormat]) -> Optional[dict[st
         return None
     if response_format.type == "json_object":
         return ANY_OBJECT
-    return closed_objects(response_format.json_schema.schema_)
+    return response_format.json_schema.schema_
 
 
 def _tool_choice(request: ChatCompletionRequest) -> tuple[ToolMode, tuple[ToolSpec, ...]]:
@@ -117,64 +128,356 @@ def _tool_choice(request: ChatCompletionRequest) -> tuple[ToolMode, tuple[ToolSp
 
 def _tool_spec(index: int, function: Any) -> ToolSpec:
     parameters = function.parameters if function.parameters is not None else NO_ARGUMENTS
-    return ToolSpec(function.name, closed_objects(parameters), f"tools[{index}].function.parameters")
+    return ToolSpec(function.name, parameters, f"tools[{index}].function.parameters")
 
 
-# Where a JSON Schema holds other schemas: one, a list of them, a map of names to them.
-_SUBSCHEMA = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
-_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# Where a JSON Schema holds other schemas that an answer's values must match (closing an object
+# there narrows what the grammar allows): one, a list of them, a map of names to them. Not `not`
+# or `if` (closing there would widen what passes them), nor the keywords the grammar leaves to the
+# check (their subschemas never reach the grammar).
+_SUBSCHEMA = ("items", "additionalItems", "additionalProperties")
+_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+# Keywords whose subschemas may require or describe properties of the object they sit in.
+_CONDITIONAL = ("if", "then", "else")
+_DEPENDENT = ("dependencies", "dependentSchemas", "dependentRequired")
 
 
-def closed_objects(schema: Any) -> Any:
-    """The schema with `additionalProperties: false` wherever an object leaves it out, strict or
-    not: what OpenAI's strict mode requires of every object, and what a client means (left
-    open, a small model fills objects with keys of its own). Every answer still validates
-    against the schema as sent; `additionalProperties: true` or a schema keeps an object open.
-    Only schema positions are walked: a property named "properties" is a name, not a keyword."""
-    if not isinstance(schema, dict):
-        return schema
+def _subschemas(schema: dict[str, Any], fn: Any) -> dict[str, Any]:
+    """`schema` with `fn` applied to each subschema in a position an answer's values must match."""
     out = dict(schema)
     for key in _SUBSCHEMA:
-        if key in out:
-            out[key] = closed_objects(out[key])
+        if isinstance(out.get(key), dict):
+            out[key] = fn(out[key])
     for key in _SUBSCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [closed_objects(s) for s in out[key]]
+            out[key] = [fn(s) for s in out[key]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: closed_objects(s) for name, s in out[key].items()}
-    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
-        out["additionalProperties"] = False
+            out[key] = {name: fn(s) for name, s in out[key].items()}
     return out
 
 
+def closed_objects(schema: Any) -> Any:
+    """The schema with `additionalProperties: false` on every object that lists its properties
+    and leaves additionalProperties out, strict or not: what OpenAI's strict mode requires of
+    every object, and what a client means (left open, a small model fills objects with keys of
+    its own). An object that lists none (`{"type": "object"}`, a free-form map) stays open:
+    closed, it could only be `{}`; so does one whose `minProperties` asks for more keys than it
+    lists. Closing never makes a property the schema may require impossible: a name that
+    `required`, `dependentRequired`/`dependencies`, an `if`/`then`/`else` or dependent schema, or
+    a combinator's branch that lists no properties of its own names but `properties` does not
+    list joins the properties as any value. Only schema positions are walked: a property named
+    "properties" is a name, not a keyword. What the grammar allows is then a subset of what the
+    schema allows; answers are checked against the schema as sent (deployments/llm/answer_check.py)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _subschemas(schema, closed_objects)
+    listed = out.get("properties")
+    patterns = out.get("patternProperties")
+    if not isinstance(listed, dict) and not isinstance(patterns, dict):
+        return out
+    if "additionalProperties" in out or "unevaluatedProperties" in out:
+        return out
+    listed, patterns = dict(listed or {}), list(patterns or {})
+    for name in _names_it_may_need(out):
+        if name not in listed and not any(_matches(p, name) for p in patterns):
+            listed[name] = {}
+    least = out.get("minProperties")
+    if not patterns and isinstance(least, int) and least > len(listed):
+        return out
+    return {**out, "properties": listed, "additionalProperties": False}
+
+
+def _names_it_may_need(schema: dict[str, Any]) -> list[str]:
+    """Property names the schema may require of its object, or describes under a condition."""
+    names = list(_strings(schema.get("required")))
+    parts = [schema.get(key) for key in _CONDITIONAL]
+    for key in ("allOf", "anyOf", "oneOf"):  # branches that constrain this object's keys
+        parts += [b for b in schema.get(key) or () if isinstance(b, dict) and "properties" not in b]
+    for key in _DEPENDENT:
+        for name, dependent in (schema.get(key) or {}).items() if isinstance(schema.get(key), dict) else ():
+            names.append(name)
+            names += _strings(dependent)  # dependentRequired, or dependencies' array form
+            parts.append(dependent)  # dependentSchemas, or dependencies' schema form
+    for part in parts:
+        if isinstance(part, dict):
+            names += _strings(part.get("required"))
+            names += list(part["properties"]) if isinstance(part.get("properties"), dict) else []
+    return list(dict.fromkeys(names))
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
+
+
 # ---------------------------------------------------------------------------------------------
-# Is every schema enforceable? (no tokenizer needed)
+# How each schema is enforced (no tokenizer needed)
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """How one JSON Schema is enforced: `grammar`, the schema the grammar is compiled from (objects
+    closed, keywords llguidance lacks written in its terms where that can be done, patterns it
+    cannot compile relaxed or left out), and `left_to_check`, what that grammar does not enforce,
+    in llguidance's words where they are its warnings ("Unimplemented keys: [\"uniqueItems\"]",
+    "oneOf not fully supported, falling back to anyOf...", "Unknown format: regex"), which the
+    finished answer's check against the schema as sent enforces (deployments/llm/answer_check.py).
+    Empty: the grammar is the schema, every answer it allows is valid."""
+
+    grammar: dict[str, Any]
+    left_to_check: tuple[str, ...] = ()
 
 
 def json_grammar(schema: dict[str, Any]) -> str:
     import llguidance
 
-    return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
+    return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
 
 
-def check_schemas(constraint: Optional[Constraint]) -> None:
-    """A 400 naming the first schema llguidance cannot compile, and why."""
+def _compile(schema: dict[str, Any]) -> tuple[Optional[str], list[str]]:
+    """(None, warnings) when llguidance compiles the schema, else (its error, [])."""
     import llguidance
 
+    try:
+        grammar = json_grammar(schema)
+    except ValueError as e:
+        return f"not a JSON Schema object: {e}", []
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, None)
+    return (messages[0], []) if is_error else (None, messages)
+
+
+def _left_to_the_validator(pattern: str) -> bool:
+    """A regex the validator reads (Python's `re`) and llguidance's regex engine does not
+    (look-around, backreferences). One neither reads is the schema's error, a 400."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return _compile({"type": "string", "pattern": pattern})[0] is not None
+
+
+# Formats llguidance does not know whose syntax is a regular expression (RFC 6901, and the
+# relative form's draft): written into the grammar as a pattern.
+_FORMAT_PATTERNS = {
+    "json-pointer": "^(/([^~/]|~[01])*)*$",
+    "relative-json-pointer": "^(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)$",
+}
+
+
+def _in_grammar_terms(schema: Any, approximated: list[str]) -> Any:
+    """`schema` with keywords llguidance does not implement rewritten into ones it does, for the
+    grammar only (the check reads the schema as sent):
+
+    - `dependentRequired` and `dependencies` {a: [b]}: a absent, or a and b present;
+    - `dependentSchemas` and `dependencies` {a: S}: a absent, or a present and S;
+    - `not: {"required": [a, b]}`: a absent or b absent;
+    - a `json-pointer` or `relative-json-pointer` format: its syntax as a pattern;
+
+    each as anyOf branches with a property `false` (absent): the same answers as the keyword.
+    And `if`/`then`/`else` with an else, as (if and then) or else: more answers than the keyword
+    (one that passes `if` and `else` but not `then`), so it is named in `approximated` and the
+    check decides. Applied after objects are closed: the branches constrain their object's keys,
+    they are not objects of their own."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _subschemas(schema, lambda sub: _in_grammar_terms(sub, approximated))
+    conjuncts: list[Any] = []
+    for key in ("dependentRequired", "dependencies", "dependentSchemas"):
+        deps = out.get(key)
+        if not isinstance(deps, dict):
+            continue
+        for name, dependent in deps.items():
+            if isinstance(dependent, list):
+                present: Any = {"required": [name, *_strings(dependent)]}
+            else:
+                present = {"allOf": [{"required": [name]}, _in_grammar_terms(dependent, approximated)]}
+            conjuncts.append({"anyOf": [{"properties": {name: False}}, present]})
+        del out[key]
+    negated = out.get("not")
+    if isinstance(negated, dict) and set(negated) == {"required"} and _strings(negated["required"]):
+        conjuncts.append({"anyOf": [{"properties": {name: False}} for name in _strings(negated["required"])]})
+        del out["not"]
+    if isinstance(out.get("if"), dict) and isinstance(out.get("else"), dict):
+        condition, then = out.pop("if"), out.pop("then", {})
+        branches = [{"allOf": [condition, then]}, out.pop("else")]
+        conjuncts.append({"anyOf": [_in_grammar_terms(b, approximated) for b in branches]})
+        approximated.append("if/then/else: generated as (if and then) or else")
+    pattern = _FORMAT_PATTERNS.get(out.get("format"))
+    if pattern is not None and "pattern" not in out:
+        out["pattern"] = pattern
+        del out["format"]
+    if conjuncts:
+        out["allOf"] = [*out.get("allOf", []), *conjuncts] if isinstance(out.get("allOf"), list) else conjuncts
+    return out
+
+
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
+
+
+def without_lookarounds(pattern: str) -> str:
+    """The regex with its look-around groups taken out: it matches everything the regex matches
+    (an assertion dropped), and llguidance's regex engine may compile it. Escapes and character
+    classes are read, so a parenthesis in them is no group."""
+    out, i, depth, skip_from = [], 0, 0, None
+    in_class = False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            if skip_from is None:
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":  # a ] first in a class is a character
+                if skip_from is None:
+                    out.append("[]")
+                i += 2
+                continue
+        elif ch == "(":
+            if skip_from is None and pattern.startswith(_LOOKAROUNDS, i):
+                skip_from = depth
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if skip_from is not None and depth == skip_from:
+                skip_from = None
+                i += 1
+                continue
+        if skip_from is None:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _grammar_pattern(pattern: str) -> Optional[str]:
+    """A regex llguidance compiles in place of one it does not: without its look-arounds (more
+    strings match it), or None (the pattern is left out of the grammar)."""
+    relaxed = without_lookarounds(pattern)
+    return relaxed if relaxed != pattern and _compile({"type": "string", "pattern": relaxed})[0] is None else None
+
+
+def _without_patterns(schema: Any, dropped: list[str]) -> Any:
+    """`schema` with the regexes llguidance's regex engine cannot compile and the validator can
+    relaxed for the grammar (their look-arounds taken out) or left out: a string's `pattern`, a
+    `patternProperties` key. Each is named in `dropped`: the check enforces it."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _subschemas(schema, lambda s: _without_patterns(s, dropped))
+    pattern = out.get("pattern")
+    if isinstance(pattern, str) and _left_to_the_validator(pattern):
+        relaxed = _grammar_pattern(pattern)
+        if relaxed is None:
+            del out["pattern"]
+            dropped.append(f"pattern /{pattern}/ (the grammar engine cannot compile it)")
+        else:
+            out["pattern"] = relaxed
+            dropped.append(f"pattern /{pattern}/, generated as /{relaxed}/ (look-around)")
+    keys = out.get("patternProperties")
+    if isinstance(keys, dict) and any(_left_to_the_validator(key) for key in keys):
+        renamed = {}
+        for key, value in keys.items():
+            relaxed = _grammar_pattern(key) if _left_to_the_validator(key) else None
+            if relaxed is not None:
+                dropped.append(f"patternProperties /{key}/, generated as /{relaxed}/ (look-around)")
+            renamed[relaxed or key] = value
+        out["patternProperties"] = renamed
+    return out
+
+
+@lru_cache(maxsize=256)
+def _enforcement(text: str) -> Enforcement | str:
+    """The closest grammar llguidance compiles for the schema (its JSON text), or why none. Tried
+    in turn: the schema with objects closed and unimplemented keywords in grammar terms; closed
+    only; then both as sent, should closing have made it unsatisfiable (a case closed_objects
+    does not foresee); each of them without the patterns llguidance cannot compile, which are
+    left to the check."""
+    schema = json.loads(text)
+    sent = _known_dialect(schema)
+    closed = closed_objects(sent)
+    # Closed branches can match fewer answers than open ones: one that matches exactly one
+    # closed branch may match two as sent.
+    one_of = ["oneOf: exactly one branch, as sent (closing objects changes which branches match)"]
+    first_error = None
+    for base, left in ((closed, one_of if _closes_one_of(sent) else []), (sent, [])):
+        approximated: list[str] = []
+        for candidate, notes in ((_in_grammar_terms(base, approximated), approximated), (base, [])):
+            found = _compiled(candidate, left + notes)
+            if isinstance(found, Enforcement):
+                return found
+            first_error = first_error or found
+        if closed == sent:
+            break
+    return first_error
+
+
+def _compiled(candidate: dict[str, Any], left: list[str]) -> Enforcement | str:
+    """The candidate's Enforcement, without the patterns llguidance cannot compile if need be;
+    else llguidance's error."""
+    error, warnings = _compile(candidate)
+    if error is None:
+        return Enforcement(candidate, _left_to_check(warnings + left))
+    dropped: list[str] = []
+    relaxed = _without_patterns(candidate, dropped)
+    if dropped:
+        relaxed_error, warnings = _compile(relaxed)
+        if relaxed_error is None:
+            return Enforcement(relaxed, _left_to_check(warnings + left + dropped))
+    return error
+
+
+def _known_dialect(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without a `$schema` that names no JSON Schema draft (Snowplow's self-describing
+    meta-schema, say): llguidance would try to fetch it; the validator reads it as 2020-12."""
+    dialect = schema.get("$schema")
+    if isinstance(dialect, str) and not re.match(r"https?://json-schema\.org/", dialect):
+        return {k: v for k, v in schema.items() if k != "$schema"}
+    return schema
+
+
+def _closes_one_of(schema: Any) -> bool:
+    """Whether closing objects changes a branch of some oneOf in the schema."""
+    if not isinstance(schema, dict):
+        return False
+    branches = schema.get("oneOf") if isinstance(schema.get("oneOf"), list) else []
+    if any(closed_objects(branch) != branch for branch in branches):
+        return True
+    found: list[bool] = []
+    _subschemas(schema, lambda sub: found.append(_closes_one_of(sub)))
+    return any(found)
+
+
+def _left_to_check(warnings: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(warnings))
+
+
+def enforcement(schema: Any, param: str) -> Enforcement:
+    """How `schema` is enforced; a 400 naming `param` when llguidance compiles nothing close."""
+    if not isinstance(schema, dict):
+        raise invalid_request(f"{param}: not a JSON Schema object", param, "invalid_json_schema")
+    # The text as sent, keys unsorted: the order of `properties` is the order the answer writes them.
+    found = _enforcement(json.dumps(schema, ensure_ascii=False))
+    if isinstance(found, str):
+        raise invalid_request(f"{param}: this JSON Schema cannot be enforced: {found}", param, "invalid_json_schema")
+    return found
+
+
+def check_schemas(constraint: Optional[Constraint]) -> dict[str, Enforcement]:
+    """How each schema of the constraint is enforced, by where the request sets it; a 400 naming
+    the first schema llguidance cannot compile, and why."""
     if constraint is None:
-        return
-    for param, schema in constraint.schemas():
-        try:
-            grammar = json_grammar(schema)
-        except ValueError as e:
-            raise invalid_request(f"{param}: not a JSON Schema object: {e}", param, "invalid_json_schema") from None
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, None)
-        if is_error:
-            raise invalid_request(
-                f"{param}: this JSON Schema cannot be enforced: {messages[0]}", param, "invalid_json_schema"
-            )
+        return {}
+    return {param: enforcement(schema, param) for param, schema in constraint.schemas()}
 
 
 def checked_constraint(request: SamplingRequest) -> Optional[Constraint]:
@@ -248,7 +551,7 @@ def plan(
     grammar = _Grammar(token)
     grammar.start(thinking)
     if constraint.answer is not None:
-        grammar.add(f"answer: %json {_json_body(constraint.answer)}")
+        grammar.add(f"answer: %json {_json_body(constraint.answer, constraint.answer_param)}")
     if mode != "none":
         grammar.calls(constraint, syntax)
     if mode == "none":
@@ -312,7 +615,7 @@ class _Grammar:
                 f'{{"name": {json.dumps(tool.name, ensure_ascii=False)}, "arguments": ', ensure_ascii=False
             )
             self.add(f'call_{i}: {head} arguments_{i} "}}"')
-            self.add(f"arguments_{i}: %json {_json_body(tool.parameters)}")
+            self.add(f"arguments_{i}: %json {_json_body(tool.parameters, tool.param)}")
             names.append(f"call_{i}")
         self.add("call_body: " + " | ".join(names))
         more = "more_calls" if constraint.parallel_tool_calls else ""
@@ -337,8 +640,9 @@ class _Grammar:
         self.add(f"TEXT: {_ANY_TEXT} & ~/(?s:.*){marker}(?s:.*)/{self._not_first()}")
 
 
-def _json_body(schema: dict[str, Any]) -> str:
-    return json.dumps({**schema, "x-guidance": JSON_STYLE}, ensure_ascii=False)
+def _json_body(schema: dict[str, Any], param: str) -> str:
+    """The schema's grammar (its Enforcement) as a %json element's body."""
+    return json.dumps({**enforcement(schema, param).grammar, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
 
 
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~")

@@ -352,7 +352,8 @@ def stop_reason(finish_reason: Optional[str], stop_sequence: Optional[str]) -> O
         return "tool_use"
     if finish_reason == "stop":
         return "stop_sequence" if stop_sequence else "end_turn"
-    if finish_reason == "content_filter":
+    if finish_reason in ("content_filter", "schema_not_met"):
+        # Anthropic's structured outputs: with "refusal" the output may not match the schema.
         return "refusal"
     return None
 

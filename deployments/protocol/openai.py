@@ -449,7 +449,9 @@ class DeltaMessage(OmitNoneModel):
     tool_calls: Optional[list[ToolCallDelta]] = None
 
 
-FinishReason = Optional[Literal["stop", "length", "tool_calls", "content_filter"]]
+# schema_not_met: a structured answer that failed its JSON Schema on every attempt, withheld
+# (deployments/ingress/serving/structured.py); OpenAI's strict mode has no such case.
+FinishReason = Optional[Literal["stop", "length", "tool_calls", "content_filter", "schema_not_met"]]
 
 
 class ChatChoice(BaseModel):

@@ -675,7 +675,7 @@ def output_items(total: GenerationChunk, logprobs: Optional[list[TokenLogprob]] 
     if total.reasoning_content:
         items.append(reasoning_item(new_id("rs"), total.reasoning_content))
     if total.content or not total.tool_calls:
-        status = "incomplete" if total.finish_reason == "length" else "completed"
+        status = finish_status(total.finish_reason)[0]
         items.append(message_item(new_id("msg"), total.content, status, logprobs))
     items += [function_call_item(new_id("fc"), call) for call in total.tool_calls]
     return items
@@ -685,8 +685,8 @@ def finish_status(finish_reason: Optional[str]) -> tuple[str, Optional[dict[str,
     """The response's status and incomplete_details for the generation's finish reason."""
     if finish_reason == "length":
         return "incomplete", {"reason": "max_output_tokens"}
-    if finish_reason == "content_filter":
-        return "incomplete", {"reason": "content_filter"}
+    if finish_reason in ("content_filter", "schema_not_met"):
+        return "incomplete", {"reason": finish_reason}
     return "completed", None
 
 
@@ -862,7 +862,7 @@ class ResponseEvents:
 
     def finish(self, finish_reason: Optional[str], usage: Optional[UsageInfo]) -> list[dict[str, Any]]:
         status, incomplete = finish_status(finish_reason)
-        events = self._close("incomplete" if finish_reason == "length" else "completed")
+        events = self._close(finish_status(finish_reason)[0])
         if not self.output:  # nothing was said: an empty answer, as a non-streamed response has
             item = message_item(new_id("msg"), None, "in_progress")
             index = self._add(item, events)

@@ -14,7 +14,8 @@ open the slot's stream (errors before its first chunk keep their HTTP status) an
 builds its own response shapes. A request for n choices is one slot stream whose chunks name
 their choice. A constrained answer is checked here first: a schema the grammar engine cannot
 compile, or a forced tool that is not there, is a 400 that never reaches a replica
-(deployments/llm/constraints.py).
+(deployments/llm/constraints.py); and last: each finished choice is checked against its schemas
+as sent, and resampled when it fails (ingress/serving/structured.py).
 
 The other protocols on the LLM (the Responses API, Anthropic Messages: ingress/serving/
 responses.py, messages.py) translate their request into a chat request and open it here
@@ -36,8 +37,9 @@ from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
 from deployments.ingress.serving.cuda import open_cuda_chat, routes_to_cuda, serve_cuda_chat
 from deployments.ingress.serving.keep_alive import keep_model_alive
+from deployments.ingress.serving.structured import CheckedStream, attempts_budget
 from deployments.ingress.state import IngressState
-from deployments.llm.constraints import checked_constraint
+from deployments.llm.answer_check import SCHEMA_NOT_MET, AnswerCheck, retry_fields
 from deployments.protocol.errors import APIError, invalid_request
 from deployments.protocol.generation import GenerationChunk, collect_choices
 from deployments.protocol.logprobs import ChoiceLogprobs, CompletionLogprobShaper
@@ -100,9 +102,8 @@ async def open_generation(
     """The slot's stream for the request, opened up to its first chunk, and the model that
     answers (what responses echo). `affinity`: the routing key, when the caller knows it
     (a stored conversation's); else the request's own."""
-    if slot == "llm":
-        # Compiling a large schema takes milliseconds: off the event loop.
-        await asyncio.to_thread(checked_constraint, request)
+    # Compiling a large schema takes milliseconds: off the event loop.
+    check = await asyncio.to_thread(AnswerCheck.of, request) if slot == "llm" else None
     client = state.slot(slot)
     model = state.catalog.resolve(slot, request.model)
     check_choice_count(state, slot, request)
@@ -111,7 +112,35 @@ async def open_generation(
     stream = await client.stream(method, request, *args, model=model, session=session)
     served = (stream.first.model if stream.first else None) or model
     await keep_model_alive(state, slot, served, request.keep_alive)
+    if check is not None:
+        stream = checked_stream(state, method, request, check, stream, served, session)
     return stream, served or "unknown"
+
+
+def checked_stream(
+    state: IngressState,
+    method: str,
+    request: SamplingRequest,
+    check: AnswerCheck,
+    stream: SlotStream,
+    model: Optional[str],
+    session: Optional[str],
+) -> CheckedStream:
+    """The stream with each finished choice checked against its schemas, a failed one resampled
+    on the same model (and replica, by the same routing key)."""
+
+    async def open_attempt(choices: int, attempt: int) -> SlotStream:
+        retry = request.model_copy(update=retry_fields(request, attempt, choices))
+        return await state.slot("llm").stream(method, retry, model=model, session=session)
+
+    return CheckedStream(
+        stream,
+        check,
+        open_attempt,
+        attempts_budget(state.catalog.slots["llm"].options),
+        streamed=bool(request.stream),
+        record=lambda result: state.metrics.schema_check(model or "unknown", result),
+    )
 
 
 def check_choice_count(state: IngressState, slot: str, request: SamplingRequest) -> None:
@@ -119,6 +148,14 @@ def check_choice_count(state: IngressState, slot: str, request: SamplingRequest)
     limit = state.catalog.slots[slot].options.get("max_n", DEFAULT_MAX_N)
     if request.choice_count() > limit:
         raise invalid_request(f"n: at most {limit} choices per request are served here (llm.max_n)", "n")
+
+
+def message_content(total: GenerationChunk) -> Optional[str]:
+    """A chat answer's `content`: null beside tool calls, and where no answer is returned (a
+    structured answer withheld: finish_reason schema_not_met)."""
+    if total.finish_reason == SCHEMA_NOT_MET or (total.tool_calls and not total.content):
+        return None
+    return total.content
 
 
 def chat_logprobs(part: GenerationChunk) -> Optional[ChoiceLogprobs]:
@@ -247,7 +284,7 @@ class ServingChat:
                 ChatChoice(
                     index=index,
                     message=AssistantMessage(
-                        content=total.content if (total.content or not total.tool_calls) else None,
+                        content=message_content(total),
                         reasoning_content=total.reasoning_content or None,
                         tool_calls=total.tool_calls or None,
                     ),

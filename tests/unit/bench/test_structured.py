@@ -87,18 +87,18 @@ def _level(peer: bool) -> dict:
     return level
 
 
+def rendered(model: dict) -> str:
+    """The tables of a run of one model, `m`, at 32 tokens a request."""
+    return render({"tokens_per_request": 32, "repeats": 1, "models": {"m": model}})
+
+
 def test_the_table_sets_the_peer_beside_the_engine_and_says_it_does_not_constrain():
     validity = {
         "max_tokens": ANSWER_TOKENS,
         "engine": {"answers": 16, "json": 16, "valid": 16},
         "peer": {"answers": 16, "json": 3, "valid": 0},
     }
-    result = {
-        "tokens_per_request": 32,
-        "repeats": 1,
-        "models": {"m": {"levels": {"16": _level(peer=True)}, "validity": validity}},
-    }
-    text = render(result)
+    text = rendered({"levels": {"16": _level(peer=True)}, "validity": validity})
     assert "| m | 16 | 10 | 9.5 | 0.95 | 7 | 7.1 | 32 / 30 | 40 | 30 | 2 |" in text
     assert "| m | 16/16 | 3/16 | 0/16 |" in text
     assert "no constrained decoding" in text and "over HTTP" in text and "in process" in text
@@ -106,7 +106,29 @@ def test_the_table_sets_the_peer_beside_the_engine_and_says_it_does_not_constrai
 
 
 def test_a_run_without_the_peer_renders_its_columns_empty():
-    result = {"tokens_per_request": 32, "repeats": 1, "models": {"m": {"levels": {"1": _level(peer=False)}}}}
-    text = render(result)
+    text = rendered({"levels": {"1": _level(peer=False)}})
     assert "| m | 1 | 10 | 9.5 | 0.95 | - | - | - | 40 | 30 | 2 |" in text
     assert "valid answers" not in text
+
+
+def test_the_check_and_retry_case_differs_only_by_unique_tags():
+    exact, checked = answer_schema(), answer_schema(unique_tags=True)
+    tags = checked["properties"]["people"]["items"]["properties"]["tags"]
+    assert tags.pop("uniqueItems") is True and checked == exact  # nothing else changes
+    duplicated = json.dumps({"people": [{**RECORD, "tags": ["red", "red"]}]})
+    assert judge(duplicated, answer_schema()) == "valid"
+    assert judge(duplicated, answer_schema(unique_tags=True)) == "invalid"
+    assert answer_body(3, unique_tags=True)["messages"] == answer_body(3)["messages"]
+
+
+def test_the_check_and_retry_table_sets_the_checked_schema_beside_the_exact_one():
+    checks = {
+        "grammar": {"answers": 16, "valid": 16, "not_met": 0, "attempts_per_answer": 1.0, "tokens_per_answer": 50.0,
+                    "seconds_per_answer": 1.0, "wall_s": 4.0},
+        "check": {"answers": 16, "valid": 15, "not_met": 1, "attempts_per_answer": 1.5, "tokens_per_answer": 75.0,
+                  "seconds_per_answer": 1.5, "wall_s": 6.0},
+    }  # fmt: skip
+    text = rendered({"levels": {"1": _level(peer=False)}, "checks": checks})
+    assert "| m | with `uniqueItems` (checked) | 15/16 | 1 | 1.5 | 75 | 6 | 1.5 | 1.5 |" in text
+    assert "| m | without (the grammar is the schema) | 16/16 | 0 | 1 | 50 | 4 | 1 | 1 |" in text
+    assert "Check-and-retry" in text

@@ -23,7 +23,9 @@ def test_shipped_config_validates_and_serves_the_real_small_models():
         "models_dir": None,
         "aliases": {"qwen3": "default", "mistral": "default", "glm": "default"},  # OminiX-API's names
         "families": {},
-        "options": {"max_n": 8},  # the ingress refuses n over llm.max_n before the slot
+        # the ingress refuses n over llm.max_n before the slot, and resamples a structured answer
+        # that fails its schema up to llm.schema_attempts times
+        "options": {"max_n": 8, "schema_attempts": 4},
     }
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
     assert config.catalog()["tts"]["models"] == ["ominix-kokoro-82m", "ominix-tiny-pocket-tts"]

@@ -11,6 +11,7 @@ import pytest
 
 from deployments.llm.constraints import (
     ANY_OBJECT,
+    JSON_STYLE,
     Constraint,
     Guide,
     Thinking,
@@ -18,8 +19,10 @@ from deployments.llm.constraints import (
     check_schemas,
     checked_constraint,
     closed_objects,
+    enforcement,
     parse_json_calls,
     plan,
+    without_lookarounds,
 )
 from deployments.protocol.errors import APIError
 from deployments.protocol.openai import ChatCompletionRequest, CompletionRequest
@@ -88,9 +91,11 @@ def test_response_formats():
     assert Constraint.from_request(chat(response_format={"type": "json_object"})).answer == ANY_OBJECT
     schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {}}}}
     for strict in (None, False, True):  # objects closed either way: no keys the schema does not name
-        answer = Constraint.from_request(chat(response_format=schema_format(schema, strict=strict))).answer
-        assert answer["additionalProperties"] is False
-        assert answer["properties"]["a"]["additionalProperties"] is False
+        constraint = Constraint.from_request(chat(response_format=schema_format(schema, strict=strict)))
+        assert constraint.answer == schema  # as sent: what the answer is checked against
+        grammar = check_schemas(constraint)["response_format"].grammar
+        assert grammar["additionalProperties"] is False
+        assert grammar["properties"]["a"]["additionalProperties"] is False
     assert schema == {"type": "object", "properties": {"a": {"type": "object", "properties": {}}}}  # not changed
     assert Constraint.from_request(CompletionRequest(prompt="x", response_format={"type": "json_object"})).answer
 
@@ -105,10 +110,151 @@ def test_closing_objects_keeps_what_the_schema_says_and_leaves_values_alone():
     assert closed["additionalProperties"] is True
     named = closed_objects({"type": "object", "properties": {"properties": {"type": "string"}}})
     assert named["properties"] == {"properties": {"type": "string"}}  # a property's name, not a keyword
-    nested = closed_objects({"$defs": {"P": {"properties": {"a": {}}}}, "anyOf": [{"type": "object"}]})
+    nested = closed_objects({"$defs": {"P": {"properties": {"a": {}}}}, "anyOf": [{"properties": {"b": {}}}]})
     assert nested["$defs"]["P"]["additionalProperties"] is False and nested["anyOf"][0]["additionalProperties"] is False
     assert closed["properties"]["e"] == {"enum": [{"type": "object"}]}
     assert closed["properties"]["d"] == {"default": {"properties": {}}}
+
+
+def test_an_object_that_lists_no_properties_stays_open():
+    """A free-form map (`{"type": "object"}`) closed could only be `{}`; one whose minProperties
+    asks for more keys than it lists could be nothing."""
+    assert "additionalProperties" not in closed_objects({"type": "object"})
+    assert "additionalProperties" not in closed_objects({"properties": {"a": {}}, "minProperties": 2})
+    assert closed_objects({"properties": {"a": {}}, "minProperties": 1})["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    "schema, names",
+    [
+        # JSONSchemaBench's case: a required property that `properties` leaves out
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]}, {"a", "b"}),
+        ({"properties": {"a": {}}, "dependentRequired": {"a": ["c"]}}, {"a", "c"}),
+        ({"properties": {"a": {}}, "dependencies": {"a": ["c"], "d": {"required": ["e"]}}}, {"a", "c", "d", "e"}),
+        ({"properties": {"a": {}}, "dependentSchemas": {"a": {"properties": {"f": {"type": "string"}}}}}, {"a", "f"}),
+        ({"properties": {"kind": {}}, "if": {"required": ["kind"]}, "then": {"required": ["g"]}}, {"kind", "g"}),
+        ({"properties": {"a": {}}, "anyOf": [{"required": ["h"]}, {"required": ["a"]}]}, {"a", "h"}),
+    ],
+)
+def test_closing_keeps_every_property_the_schema_may_require(schema, names):
+    closed = closed_objects(schema)
+    assert closed["additionalProperties"] is False and set(closed["properties"]) == names
+    assert enforcement(schema, "response_format").grammar["properties"].keys() == names
+
+
+def test_a_required_name_a_pattern_allows_is_not_listed_again():
+    closed = closed_objects({"patternProperties": {"^x-": {"type": "integer"}}, "required": ["x-a", "b"]})
+    assert closed["properties"] == {"b": {}}
+
+
+def test_closing_does_not_reach_into_not_or_if():
+    """Closed there, `not` and `if` would let through more than the schema does."""
+    schema = {"not": {"properties": {"a": {}}}, "if": {"properties": {"b": {}}}}
+    assert closed_objects(schema) == schema
+
+
+def test_a_schema_closing_would_make_unsatisfiable_is_compiled_as_sent():
+    """llguidance reads `additionalProperties: false` beside an anyOf as closing each branch: the
+    branches' own properties could not be written. Closed, nothing compiles; as sent, it does."""
+    schema = {
+        "type": "object",
+        "properties": {},
+        "anyOf": [{"properties": {"a": {"type": "string"}}, "required": ["a"]}],
+    }
+    assert enforcement(schema, "response_format").grammar == schema
+
+
+@pytest.mark.parametrize(
+    "schema, left",
+    [
+        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+        ({"type": "object", "not": {"enum": [{}]}}, '"not"'),
+        ({"properties": {"a": {}}, "if": {"required": ["a"]}, "then": {"minProperties": 1}}, '"if"'),
+        ({"properties": {"a": {}}, "if": {"required": ["a"]}, "then": {}, "else": {}}, "if/then/else"),
+        ({"type": "array", "contains": {"const": 1}}, "contains"),
+        ({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]}, "oneOf"),
+        (  # branches closing narrows: {"a": 1} matches one closed branch, both as sent
+            {"oneOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]},
+            "closing objects",
+        ),
+        ({"type": "string", "format": "regex"}, "regex"),
+        ({"type": "string", "pattern": "^(?!admin)[a-z]+$"}, "(?!admin)"),
+    ],
+)
+def test_what_the_grammar_cannot_enforce_is_left_to_the_check_and_named(schema, left):
+    found = enforcement(schema, "response_format")
+    assert any(left in reason for reason in found.left_to_check), found.left_to_check
+
+
+@pytest.mark.parametrize(
+    "schema, allowed, refused",
+    [
+        (  # dependentRequired, and dependencies' array form: a absent, or a and b present
+            {"properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+            [{}, {"b": 1}, {"a": 1, "b": 2}],
+            [{"a": 1}],
+        ),
+        ({"properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}}, [{"a": 1, "b": 2}], [{"a": 1}]),
+        (  # dependentSchemas: a present, then S
+            {"properties": {"a": {}, "b": {"type": "integer"}}, "dependentSchemas": {"a": {"required": ["b"]}}},
+            [{}, {"a": 1, "b": 2}],
+            [{"a": 1}],
+        ),
+        ({"properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}}, [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}]),
+        ({"type": "string", "format": "json-pointer"}, ["/a/b~1c", ""], ["a/b", "/~2"]),
+    ],
+)
+def test_keywords_llguidance_lacks_are_written_in_its_terms_with_the_same_answers(
+    smollm2_guide, schema, allowed, refused
+):
+    found = enforcement(schema, "response_format")
+    assert found.left_to_check == ()  # the grammar is exact: nothing held back for the check
+    grammar = smollm2_guide.plan(Constraint.from_request(chat(response_format=schema_format(schema))), False)
+    separators = (JSON_STYLE["item_separator"], JSON_STYLE["key_separator"])
+    for value in allowed:
+        assert accepts(smollm2_guide, grammar.grammar, json.dumps(value, separators=separators)), value
+    for value in refused:
+        assert not accepts(smollm2_guide, grammar.grammar, json.dumps(value, separators=separators)), value
+
+
+@pytest.mark.parametrize(
+    "pattern, relaxed",
+    [
+        ("^(?!-)[a-z-]{1,16}$", "^[a-z-]{1,16}$"),
+        ("^((?!mode)(?!Mode).)*$", "^(.)*$"),
+        ("^(?!(False|None)$)[a-z]+$", "^[a-z]+$"),  # a group inside the look-ahead
+        ("(?<=a)b(?<!c)", "b"),
+        (r"a\(?!b)", r"a\(?!b)"),  # an escaped parenthesis opens no group
+        ("[(?!x)]y", "[(?!x)]y"),  # nor one in a character class
+        ("[]()]", "[]()]"),  # a ] first in a class is a character
+    ],
+)
+def test_look_arounds_come_out_of_a_regex_for_the_grammar(pattern, relaxed):
+    assert without_lookarounds(pattern) == relaxed
+
+
+def test_a_pattern_with_look_arounds_is_generated_without_them_and_checked():
+    found = enforcement({"type": "string", "pattern": "^(?!admin)[a-z]+$", "maxLength": 5}, "response_format")
+    assert found.grammar == {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}
+    keys = enforcement({"patternProperties": {"^(?!@@)[a-z]+$": {"type": "integer"}}}, "response_format")
+    assert list(keys.grammar["patternProperties"]) == ["^[a-z]+$"] and "look-around" in keys.left_to_check[0]
+
+
+def test_a_pattern_the_grammar_cannot_compile_at_all_leaves_the_grammar_only():
+    found = enforcement({"type": "string", "pattern": "^(a)\\1$", "maxLength": 5}, "response_format")
+    assert found.grammar == {"type": "string", "maxLength": 5}  # a backreference: no regular language
+    assert "cannot compile" in found.left_to_check[0]
+
+
+def test_the_grammar_keeps_the_order_of_the_properties():
+    """llguidance writes properties in the schema's order: the answer's order is the client's."""
+    schema = {"type": "object", "properties": {"zeta": {}, "alpha": {}}, "required": ["zeta", "mid"]}
+    assert list(enforcement(schema, "x").grammar["properties"]) == ["zeta", "alpha", "mid"]
+
+
+def test_what_the_grammar_enforces_leaves_nothing_to_check():
+    assert enforcement(BOUNDED, "response_format").left_to_check == ()
+    assert enforcement({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "x").left_to_check == ()  # disjoint
 
 
 def test_tool_choices():
@@ -149,7 +295,15 @@ def test_required_without_tools_is_a_400():
     [
         ({"type": "strin"}, "strin"),
         ({"$ref": "#/$defs/missing"}, "missing"),
-        ({"type": "object", "not": {"required": ["a"]}}, "not"),
+        ({"$ref": "https://example.com/remote.json"}, "example.com"),  # nothing is fetched
+        ({"patternProperties": {"^x": {"type": "string"}, "y$": {}}}, "disjoint"),  # keys both could match
+        (  # a recursive $ref merged with sibling keywords: beyond llguidance
+            {
+                "$defs": {"F": {"properties": {"c": {"allOf": [{"$ref": "#/$defs/F"}, {"properties": {}}]}}}},
+                "$ref": "#/$defs/F",
+            },
+            "circular",
+        ),
         ({"type": "string", "pattern": "(["}, "regex"),
         ({"type": "string", "minLength": 3, "maxLength": 2}, "minLength"),
     ],
