@@ -24,6 +24,7 @@ def test_shipped_config_validates_and_serves_the_real_small_models():
         "aliases": {"qwen3": "default", "mistral": "default", "glm": "default"},  # OminiX-API's names
         "families": {},
         "options": {"max_n": 8},  # the ingress refuses n over llm.max_n before the slot
+        "adapters": {},  # LoRA adapters declared in llm.adapters -> the model each runs on
     }
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
     assert config.catalog()["tts"]["models"] == ["ominix-kokoro-82m", "ominix-tiny-pocket-tts"]
