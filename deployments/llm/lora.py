@@ -91,6 +91,7 @@ class _Stacks:
     scale: Any = None  # [slots]
     gain: Any = None  # [slots, output] (1 where a slot has no DoRA term), or None: no DoRA term here
     dora: Any = None  # [slots] bool
+    built: set = field(default_factory=set)  # the slots the stacks hold
 
 
 def _linear_dims(linear: Any) -> tuple[int, int]:
@@ -167,19 +168,22 @@ def layer_class():
                 return out
             shape = (-1, *([1] * (out.ndim - 2)), out.shape[-1])
             gain = s.gain[index].astype(x.dtype).reshape(shape)
-            bias = self.linear.bias if self.has_bias else 0.0
+            if not self.has_bias:
+                return gain * out  # a gain of exactly 1 leaves the other rows' outputs as they are
+            bias = self.linear.bias
             dora = s.dora[index].reshape(-1, *([1] * (out.ndim - 1)))
             return mx.where(dora, gain * (out - bias) + bias, out)
 
-        def restack(self) -> None:
-            """The stacks for mixed batches, after a slot changed."""
+        def restack(self, size: int) -> None:
+            """The stacks for mixed batches, after a slot changed: `size` slots, as many as the
+            stage's highest slot needs (a row's slot indexes every layer's stacks, adapted there
+            or not: a slot this layer does not adapt is zeros)."""
             s = self.stacks
             if not s.terms:
                 s.a = s.b = s.scale = s.gain = s.dora = None
                 return
             input_dims, output_dims = _linear_dims(self.linear)
             rank = max(t.a.shape[1] for t in s.terms.values())
-            size = max(s.terms) + 1
             dtype = s.terms[max(s.terms)].a.dtype
             a = [mx.zeros((input_dims, rank), dtype=dtype)] * size
             b = [mx.zeros((rank, output_dims), dtype=dtype)] * size
@@ -264,12 +268,24 @@ class AdapterStage:
             terms[path] = _Term(a, b, layout.scale, gain)
         mx.eval([t.a for t in terms.values()], [t.b for t in terms.values()])
         for path, term in terms.items():
-            layer = self._layers[path]
-            layer.stacks.terms[slot] = term
-            layer.restack()
+            self._layers[path].stacks.terms[slot] = term
         load_id, self._next_load_id = self._next_load_id, self._next_load_id + 1
         self.slots[slot] = _Slot(layout, load_id)
+        self._restack()
         return slot, load_id
+
+    def _restack(self) -> None:
+        """Every layer's stacks as large as the highest slot (layers an adapter does not adapt
+        hold zeros for it), each built once per change."""
+        size = max(self.slots, default=0) + 1
+        for layer in self._layers.values():
+            s = layer.stacks
+            if s.terms and (s.a is None or s.a.shape[0] != size or set(s.terms) != s.built):
+                layer.restack(size)
+                s.built = set(s.terms)
+            elif not s.terms and s.a is not None:
+                layer.restack(size)
+                s.built = set()
 
     @staticmethod
     def _dora_gain(linear, a, b, scale: float, m):
@@ -289,8 +305,9 @@ class AdapterStage:
             return
         for path in entry.layout.modules:
             layer = self._layers.get(path)
-            if layer is not None and layer.stacks.terms.pop(slot, None) is not None:
-                layer.restack()
+            if layer is not None:
+                layer.stacks.terms.pop(slot, None)
+        self._restack()
 
     def _layer(self, path: str):
         layer = self._layers.get(path)

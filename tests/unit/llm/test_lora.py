@@ -91,6 +91,9 @@ def test_a_mixed_batch_gives_each_row_its_own_adapters_output(tiny_llm_dir, adap
         expected = reference(tiny_llm_dir, adapters[name] if name else None)(TOKENS)[i]
         assert mx.array_equal(mixed[i], expected), name
     assert not mx.array_equal(mixed[0], mixed[1])  # the adapters do change the answer
+    # A row's slot indexes every wrapped layer, whether its adapter adapts the layer or not.
+    layers = [m for _, m in model.named_modules() if isinstance(m, layer_class())]
+    assert {m.stacks.a.shape[0] for m in layers} == {max(slots.values()) + 1}
 
 
 def test_only_the_layers_an_adapter_adapts_are_wrapped(tiny_llm_dir, adapters):
