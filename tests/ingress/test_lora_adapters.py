@@ -5,6 +5,8 @@ is tested in tests/unit/llm (the engine) and end to end in tests/e2e/test_lora.p
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -157,6 +159,27 @@ async def test_another_ingress_replica_finds_an_adapter_it_did_not_load(tmp_path
         assert chat.status_code == 200 and llm.calls[-1][2] == "late"
 
 
+async def test_unknown_names_at_once_share_one_read_of_controls_list(tmp_path, control):
+    """Each unknown `model` makes the ingress read Control's adapters (another ingress may have
+    loaded it), but misses that arrive together wait for one read: a flood of bad names is not
+    a flood of calls to Control."""
+    state = control.state
+
+    async def slow_desired(slot, model=None):
+        await asyncio.sleep(0.05)
+        return state.desired[slot]
+
+    control.answers["desired"] = slow_desired
+    app, _ = make_app(control, cache_dir=str(tmp_path))
+    body = {"messages": [{"role": "user", "content": "Hi"}]}
+    async with client(app) as http:
+        answers = await asyncio.gather(
+            *[http.post("/v1/chat/completions", json={**body, "model": f"nobody-{i}"}) for i in range(8)]
+        )
+    assert {r.status_code for r in answers} == {404}
+    assert 1 <= sum(1 for call in control.calls if call[0] == "desired") <= 2
+
+
 async def test_configured_adapters_are_listed_and_stay(tmp_path, control):
     app, _ = make_app(
         control,
@@ -168,6 +191,21 @@ async def test_configured_adapters_are_listed_and_stay(tmp_path, control):
         assert cards["house"]["parent"] == BASE and cards["tiny"]["parent"] == TINY
         r = await http.post("/v1/unload_lora_adapter", json={"lora_name": "house"})
         assert r.status_code == 400 and "declared in the config" in r.json()["error"]["message"]
+
+
+def test_a_realtime_session_talks_to_an_adapter(tmp_path, control, host):
+    """The Realtime conversation's LLM (`?model=`, session.update) may be an adapter too."""
+    from tests.ingress.fakes import streaming_asr
+    from tests.ingress.test_realtime_conversation import URL, ask, connect
+
+    app, llm = make_app(control, cache_dir=str(tmp_path), llm={"adapters": {"house": "/adapters/house"}})
+    app.state.ingress.slots["asr"] = streaming_asr(host)
+    with connect(app, URL + "?model=house") as ws:
+        assert ws.receive_json()["session"]["model"] == "house"
+        ws.send_json({"type": "session.update", "session": {"output_modalities": ["text"]}})
+        ws.receive_json()
+        assert ask(ws)[-1]["response"]["status"] == "completed"
+    assert llm.calls[-1][0] == "chat" and llm.calls[-1][2] == "house"
 
 
 def test_a_configured_adapter_may_not_take_a_models_name_or_an_unknown_base(tmp_path):
