@@ -68,6 +68,7 @@ class _Binding:
 
     uniform: Optional[int] = 0
     index: Any = None
+    scale: Any = None  # [B] float32, each row's adapter's scale (one for all of an adapter's layers)
     slots: tuple[int, ...] = ()
 
 
@@ -88,7 +89,6 @@ class _Stacks:
     terms: dict[int, _Term] = field(default_factory=dict)
     a: Any = None  # [slots, input, max rank]
     b: Any = None  # [slots, max rank, output]
-    scale: Any = None  # [slots]
     gain: Any = None  # [slots, output] (1 where a slot has no DoRA term), or None: no DoRA term here
     dora: Any = None  # [slots] bool
     built: set = field(default_factory=set)  # the slots the stacks hold
@@ -146,7 +146,7 @@ def layer_class():
             if binding.uniform is not None:
                 term = stacks.terms.get(binding.uniform)
                 return y if term is None else self._one(x, y, term)
-            return self._mixed(x, y, binding.index)
+            return self._mixed(x, y, binding)
 
         def _one(self, x, y, t: _Term):
             """mlx-lm's LoRALinear / DoRALinear on this row block, operation for operation."""
@@ -158,12 +158,12 @@ def layer_class():
             out = (t.gain.astype(x.dtype)) * (y + (t.scale * z).astype(x.dtype))
             return out + self.linear.bias if self.has_bias else out
 
-        def _mixed(self, x, y, index):
-            s = self.stacks
+        def _mixed(self, x, y, binding: _Binding):
+            s, index = self.stacks, binding.index
             xa = x if x.dtype == s.a.dtype else x.astype(mx.promote_types(x.dtype, s.a.dtype))
             z = mx.gather_mm(mx.gather_mm(xa, s.a, rhs_indices=index), s.b, rhs_indices=index)
-            scale = s.scale[index].astype(z.dtype).reshape(-1, *([1] * (z.ndim - 1)))
-            out = y + (scale * z).astype(x.dtype)
+            scale = binding.scale if z.dtype == mx.float32 else binding.scale.astype(z.dtype)
+            out = y + (scale.reshape(-1, *([1] * (z.ndim - 1))) * z).astype(x.dtype)
             if s.gain is None:
                 return out
             shape = (-1, *([1] * (out.ndim - 2)), out.shape[-1])
@@ -180,28 +180,27 @@ def layer_class():
             or not: a slot this layer does not adapt is zeros)."""
             s = self.stacks
             if not s.terms:
-                s.a = s.b = s.scale = s.gain = s.dora = None
+                s.a = s.b = s.gain = s.dora = None
                 return
             input_dims, output_dims = _linear_dims(self.linear)
             rank = max(t.a.shape[1] for t in s.terms.values())
             dtype = s.terms[max(s.terms)].a.dtype
             a = [mx.zeros((input_dims, rank), dtype=dtype)] * size
             b = [mx.zeros((rank, output_dims), dtype=dtype)] * size
-            scale, gain, dora = [0.0] * size, [None] * size, [False] * size
+            gain, dora = [None] * size, [False] * size
             for slot, t in s.terms.items():
                 pad = rank - t.a.shape[1]
                 a[slot] = mx.pad(t.a, [(0, 0), (0, pad)]) if pad else t.a
                 b[slot] = mx.pad(t.b, [(0, pad), (0, 0)]) if pad else t.b
-                scale[slot], gain[slot], dora[slot] = t.scale, t.gain, t.gain is not None
+                gain[slot], dora[slot] = t.gain, t.gain is not None
             s.a, s.b = mx.stack(a), mx.stack(b)
-            s.scale = mx.array(scale, dtype=mx.float32)
             s.dora = mx.array(dora)
             if any(dora):
                 ones = mx.ones((output_dims,), dtype=mx.float32)
                 s.gain = mx.stack([g if g is not None else ones for g in gain])
             else:
                 s.gain = None
-            mx.eval(s.a, s.b, s.scale, s.dora, *([] if s.gain is None else [s.gain]))
+            mx.eval(s.a, s.b, s.dora, *([] if s.gain is None else [s.gain]))
 
     _LAYER_CLASS = MultiLoRALinear
     return _LAYER_CLASS
@@ -272,6 +271,7 @@ class AdapterStage:
         load_id, self._next_load_id = self._next_load_id, self._next_load_id + 1
         self.slots[slot] = _Slot(layout, load_id)
         self._restack()
+        self.forget_binding()
         return slot, load_id
 
     def _restack(self) -> None:
@@ -372,6 +372,8 @@ class AdapterStage:
             import mlx.core as mx
 
             b.uniform, b.index = None, mx.array(slots, dtype=mx.uint32)
+            scales = [self.slots[s].layout.scale if s else 0.0 for s in slots]
+            b.scale = mx.array(scales, dtype=mx.float32)
 
     def forget_binding(self) -> None:
         """After a slot changed: the next bind computes the rows' binding afresh."""
