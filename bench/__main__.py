@@ -30,7 +30,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # beside ASR, TTS and image work, the graph against one server per modality; ASR against
 # faster-whisper at 1/4/16 clients with the in-process CPU time and per-op profile of one request.
 # Kokoro speech against mlx_audio.server on the same directory (time to first audio, RTF, 1 and 4
-# at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process.
+# at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process. LoRA
+# adapters mixed in one batch against the base alone and mlx_lm.server switching adapters.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -52,6 +53,7 @@ EXTRA_SCENARIOS = (
     "engine",
     "speculative",
     "sharded",
+    "lora",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},
