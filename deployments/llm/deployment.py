@@ -255,5 +255,9 @@ class LLMSlot(SlotReplica):
         return {"replica": serve.get_replica_context().replica_id.unique_id, **removed}
 
     def stats(self) -> dict:
-        """Per loaded model on this replica: the engine's sequence counts, tokens, latencies."""
-        return {e.model_id: {**e.stats, **self.metrics.summary(e.model_id)} for e in self.models.engines()}
+        """Per loaded model on this replica: the engine's sequence counts, tokens, latencies;
+        per adapter it holds: its requests, tokens, latencies (the metrics under its name)."""
+        out = {e.model_id: {**e.stats, **self.metrics.summary(e.model_id)} for e in self.models.engines()}
+        for adapter in self.models.adapters():
+            out[adapter.model_id] = {"adapter_of": adapter.base, **self.metrics.summary(adapter.model_id)}
+        return out
