@@ -32,7 +32,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # Kokoro speech against mlx_audio.server on the same directory (time to first audio, RTF, 1 and 4
 # at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process, and
 # what check-and-retry costs. JSONSchemaBench's real schemas on the graph, from a local clone
-# (--data DIR): coverage, answers invalid, beside what llguidance alone compiles.
+# (--data DIR): coverage, answers invalid, beside what llguidance alone compiles. LoRA adapters
+# mixed in one batch against the base alone and mlx_lm.server switching adapters.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -55,6 +56,7 @@ EXTRA_SCENARIOS = (
     "speculative",
     "sharded",
     "jsonschemabench",
+    "lora",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from bench.report import save_standalone, table
+from bench.report import run_alone, table
 from bench.stats import median, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -380,25 +380,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)
-    load = list(os.getloadavg())
-    t0 = time.perf_counter()
 
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+    def run_it(progress, work):
+        return measure(opts.cache_dir, opts.streams, opts.tokens, opts.repeats, progress, opts.out / "profiles")
 
-    result = asyncio.run(
-        measure(opts.cache_dir, opts.streams, opts.tokens, opts.repeats, progress, opts.out / "profiles")
-    )
-    result = {
-        "preset": "custom",
-        "command": " ".join(["python -m bench.engine", *(sys.argv[1:] if argv is None else argv)]),
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        **result,
-    }
-    save_standalone(opts.out, "engine", result, render(result))
-    plot(result, opts.out / "engine.png")
-    return 0
+    return run_alone(sys.modules[__name__], "engine", run_it, opts.out, argv)
 
 
 if __name__ == "__main__":

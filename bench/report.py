@@ -7,9 +7,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any, Optional
 
 from bench.stats import rounded
 from deployments import blas
@@ -67,6 +68,44 @@ def write_result(out_dir: Path, scenario: str, result: dict) -> Path:
     }
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path
+
+
+def progress(message: str) -> None:
+    """A scenario's progress line, timestamped."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_alone(
+    module: Any,
+    scenario: str,
+    measure: Callable[[Callable[[str], None], Path], Awaitable[dict]],
+    out_dir: Path,
+    argv: Optional[Sequence[str]] = None,
+    preset: str = "custom",
+) -> int:
+    """What `python -m bench.<scenario>` does run alone: `measure(progress, work)` timed (`work`
+    a scratch directory for peers' logs, kept when the run fails: the peer's error names its
+    log), its result wrapped as `python -m bench` wraps one, then <scenario>.json, .md and .png
+    written by the scenario's `module` (its `render` and `plot`)."""
+    import asyncio
+    import shutil
+    import tempfile
+
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    t0 = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix=f"ominix-{scenario}-"))
+    result = asyncio.run(measure(progress, work))
+    shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "preset": preset,
+        "command": " ".join([f"python -m bench.{scenario}", *(sys.argv[1:] if argv is None else argv)]),
+        "duration_s": time.perf_counter() - t0,
+        "load_average_before": load,
+        **result,
+    }
+    save_standalone(out_dir, scenario, result, module.render(result))
+    module.plot(result, out_dir / f"{scenario}.png")
+    return 0
 
 
 def save_standalone(out_dir: Path, scenario: str, result: dict, rendered: str) -> Path:

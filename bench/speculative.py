@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-from bench.report import save_standalone, table
+from bench.report import run_alone, table
 from bench.stats import median, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,26 +278,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)
-    load = list(os.getloadavg())
-    t0 = time.perf_counter()
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    work = Path(tempfile.mkdtemp(prefix="ominix-speculative-"))
     tokens = {"edit": opts.edit_tokens, "chat": opts.chat_tokens}
-    result = asyncio.run(measure(opts.cache_dir, opts.streams, tokens, opts.repeats, work, progress, not opts.no_peer))
-    shutil.rmtree(work, ignore_errors=True)
-    result = {
-        "preset": "custom",
-        "command": " ".join(["python -m bench.speculative", *(sys.argv[1:] if argv is None else argv)]),
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        **result,
-    }
-    save_standalone(opts.out, "speculative", result, render(result))
-    plot(result, opts.out / "speculative.png")
-    return 0
+
+    def run_it(progress, work):
+        return measure(opts.cache_dir, opts.streams, tokens, opts.repeats, work, progress, not opts.no_peer)
+
+    return run_alone(sys.modules[__name__], "speculative", run_it, opts.out, argv)
 
 
 if __name__ == "__main__":

@@ -44,15 +44,13 @@ import argparse
 import asyncio
 import hashlib
 import json
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
-from bench.report import pyplot, save_standalone, table
+from bench.report import pyplot, run_alone, table
 from bench.stats import ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -627,34 +625,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)
-    import os
 
-    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    t0 = time.perf_counter()
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    # mlx_lm.server's logs: kept where a run fails (the peer's error names its log), removed after.
-    work = Path(tempfile.mkdtemp(prefix="ominix-structured-"))
-    result = asyncio.run(
-        measure(
+    def run_it(progress, work):
+        return measure(
             opts.cache_dir, opts.concurrency, opts.tokens, opts.repeats, opts.smoke, work, progress, not opts.no_peer
         )
-    )
-    shutil.rmtree(work, ignore_errors=True)
-    command = " ".join(["python -m bench.structured", *(sys.argv[1:] if argv is None else argv)])
-    preset = "smoke" if opts.smoke else "custom"
-    result = {
-        "preset": preset,
-        "command": command,
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        **result,
-    }
-    save_standalone(opts.out, "structured", result, render(result))
-    plot(result, opts.out / "structured.png")
-    return 0
+
+    return run_alone(sys.modules[__name__], "structured", run_it, opts.out, argv, "smoke" if opts.smoke else "custom")
 
 
 if __name__ == "__main__":

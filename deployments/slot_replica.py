@@ -49,7 +49,14 @@ class SlotReplica:
         self.config = self.slot.config.model_validate(config)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.metrics = self.metrics_class()
-        self.models = ReplicaModels(self.slot.name, self._load_engine, self.config.max_models_per_replica)
+        self.models = ReplicaModels(
+            self.slot.name,
+            self.load_resident,
+            self.config.max_models_per_replica,
+            max_adapters=self.adapter_limit(),
+            describe=self.describe_resident,
+            evicted=self.resident_evicted,
+        )
         self.agent = SlotAgent(
             self.slot.name,
             control,
@@ -61,6 +68,7 @@ class SlotReplica:
             models=self.models,
             idle_policy=IdlePolicy(self.config.idle_unload_s, self.config.keep_default_loaded),
             ranks=self.ranks,
+            adapters_changed=self.adapters_changed if self.adapter_limit() else None,
         )
         self._loaded_gauge = LoadedModelsGauge()
         await self.setup()
@@ -90,6 +98,27 @@ class SlotReplica:
     def models_dir(self) -> Optional[str]:
         """Local model directories under this path may be loaded too."""
         return self.config.models_dir
+
+    # A slot whose models take adapters (the LLM's LoRA) holds them in its multiplexer too
+    # (deployments/control/replica_models.py); the others hold models only.
+
+    def adapter_limit(self) -> int:
+        """Adapters one replica holds at once; 0: the slot takes none."""
+        return 0
+
+    def describe_resident(self, model_id: str) -> tuple[str, Optional[str]]:
+        """What a multiplexed id names: ("model", None) or ("adapter", the model it runs on)."""
+        return "model", None
+
+    async def load_resident(self, model_id: str) -> Any:
+        """Load what the multiplexed id names (a model's engine, unless the slot says otherwise)."""
+        return await self._load_engine(model_id)
+
+    def resident_evicted(self, model_id: str, kind: str, parent: Optional[str]) -> None:
+        """A model or adapter evicted to make room for another (the slot may count it)."""
+
+    async def adapters_changed(self, adapters: dict[str, dict]) -> None:
+        """The slot's run-time adapters, from Control, each time they change."""
 
     # ------------------------------------------------------------------ shared behaviour
 

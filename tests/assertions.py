@@ -29,6 +29,18 @@ def wait_for(predicate, timeout_s: float = 120, interval: float = 0.5):
     raise AssertionError(f"condition not reached in {timeout_s} s (last: {value!r})")
 
 
+def replica_ids(http, slot: str, count: int = 2, timeout_s: float = 240) -> list[str]:
+    """The ids of a small app's `count` replicas of `slot`, once all report to its control plane
+    (`http`: a client of the app)."""
+
+    def reported():
+        r = http.get("/v1/models/status")
+        ids = [x["replica_id"] for x in r.json()["slots"][slot]["replicas"]] if r.status_code == 200 else []
+        return ids if len(ids) == count else None
+
+    return wait_for(reported, timeout_s)
+
+
 def only_slots(*names: str) -> dict:
     """Graph args that turn off every slot of the registry but `names` (a test's small app)."""
     from deployments.slots import SLOTS

@@ -41,6 +41,17 @@ def smollm2_dir(cache_dir):
     return ensure_smollm2(cache_dir)
 
 
+@pytest.fixture(scope="session")
+def example_adapters(smollm2_dir) -> dict:
+    """The four example LoRA adapters of SmolLM2 (deployments/llm/example_adapters.py): trained
+    with mlx_lm.lora once per machine into the default model cache (OMINIX_CACHE_DIR), where
+    later sessions, both halves of `make test` and the e2e graph find them; name -> directory."""
+    from deployments.hub import default_cache_dir
+    from deployments.llm.example_adapters import ensure_example_adapters
+
+    return ensure_example_adapters(default_cache_dir(), smollm2_dir)
+
+
 # The suite's time budget by file (docs/testing.md): setup, call and teardown of every test summed
 # per file and printed for every file at the end of each half of `make test`, next to
 # --durations' slowest single steps, so every run shows where the time goes. OMINIX_TEST_TIMES

@@ -75,6 +75,7 @@ class SlotAgent:
         models=None,  # the replica's ReplicaModels: idle models are unloaded from it
         idle_policy: IdlePolicy = IdlePolicy(),
         ranks: Optional[Callable[[], Optional[list[dict]]]] = None,  # a sharded replica's ranks
+        adapters_changed: Optional[Callable[[dict[str, dict]], Awaitable[None]]] = None,
     ):
         self.slot = slot
         self._ranks = ranks
@@ -96,6 +97,9 @@ class SlotAgent:
         self.keep_alive: dict[str, float] = {}  # model -> the last request's keep_alive (Control's)
         self.keep_alive_version = -1
         self._idle_task: Optional[asyncio.Task] = None
+        # The slot's run-time LoRA adapters (Control's), handed to the replica as they change.
+        self._adapters_changed = adapters_changed
+        self.adapters_version = -1
 
     async def start(self) -> None:
         """Apply the slot's current state before the replica serves, then follow changes."""
@@ -106,6 +110,7 @@ class SlotAgent:
             except Exception as e:
                 logger.warning("Control unreachable (%s); starting with the configured default", e)
         self._take_keep_alive(desired)
+        await self._take_adapters(desired)
         await self._apply(desired, initial=True)
         if self.control is not None:
             self._task = asyncio.create_task(self._follow())
@@ -117,9 +122,13 @@ class SlotAgent:
             try:
                 await self._report()
                 desired = await self.control.watch.remote(
-                    self.slot, self.epoch, keep_alive_version=self.keep_alive_version
+                    self.slot,
+                    self.epoch,
+                    keep_alive_version=self.keep_alive_version,
+                    adapters_version=self.adapters_version if self._adapters_changed is not None else None,
                 )
                 self._take_keep_alive(desired)
+                await self._take_adapters(desired)
                 if desired.epoch > self.epoch:
                     await self._apply(desired)
             except asyncio.CancelledError:
@@ -154,6 +163,11 @@ class SlotAgent:
 
     def _take_keep_alive(self, desired: Desired) -> None:
         self.keep_alive, self.keep_alive_version = dict(desired.keep_alive), desired.keep_alive_version
+
+    async def _take_adapters(self, desired: Desired) -> None:
+        if self._adapters_changed is not None and desired.adapters_version != self.adapters_version:
+            await self._adapters_changed(dict(desired.adapters))
+            self.adapters_version = desired.adapters_version
 
     # ------------------------------------------------------------------ idle models
 

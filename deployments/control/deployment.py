@@ -100,13 +100,20 @@ class Control:
         return self.state.desired[slot]
 
     async def watch(
-        self, slot: str, epoch: int, timeout_s: float = 5.0, keep_alive_version: Optional[int] = None
+        self,
+        slot: str,
+        epoch: int,
+        timeout_s: float = 5.0,
+        keep_alive_version: Optional[int] = None,
+        adapters_version: Optional[int] = None,
     ) -> Desired:
-        """Long poll: returns when the slot's epoch passes `epoch` (or its keep_alive version
-        passes `keep_alive_version`), or after `timeout_s`."""
+        """Long poll: returns when the slot's epoch passes `epoch` (or its keep_alive or
+        adapters version passes the one given), or after `timeout_s`."""
         desired = self.state.desired[slot]
-        news = desired.epoch > epoch or (
-            keep_alive_version is not None and desired.keep_alive_version > keep_alive_version
+        news = (
+            desired.epoch > epoch
+            or (keep_alive_version is not None and desired.keep_alive_version > keep_alive_version)
+            or (adapters_version is not None and desired.adapters_version > adapters_version)
         )
         if not news:
             try:
@@ -129,6 +136,14 @@ class Control:
         if desired is not None and desired is not before:
             self._wake(slot)
             logger.info("Slot %s: keep_alive %s for %s", slot, describe(seconds), model or desired.model)
+        return desired
+
+    async def set_adapter(self, slot: str, name: str, spec: Optional[dict]) -> Desired:
+        """A LoRA adapter loaded (`spec`: {"path", "base"}) or unloaded (None) at run time, for
+        every replica and ingress of the graph."""
+        desired = self.state.set_adapter(slot, name, spec)  # a refusal is raised as an APIError
+        self._wake(slot)
+        logger.info("Slot %s: adapter %s %s", slot, name, "loaded" if spec is not None else "unloaded")
         return desired
 
     def _wake(self, slot: str) -> None:

@@ -15,6 +15,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel
 
+from deployments.protocol.errors import APIError
+
 LOADED, UNLOADED = "loaded", "unloaded"
 RUNNING = "RUNNING"  # Serve's state of a replica it routes requests to (ray.serve ReplicaState)
 STALE_AFTER_S = 20.0  # a replica not heard from for this long is gone (reports come every ~5 s)
@@ -30,6 +32,10 @@ class Desired(BaseModel):
     # version, not the epoch: it changes nothing a load or an unload waits for.
     keep_alive: dict[str, float] = {}
     keep_alive_version: int = 0
+    # The LLM slot's LoRA adapters loaded at run time (POST /v1/load_lora_adapter): name ->
+    # {"path", "base"}, for every replica and ingress; its own version too, as keep_alive's.
+    adapters: dict[str, dict] = {}
+    adapters_version: int = 0
 
 
 class ReplicaReport(BaseModel):
@@ -82,6 +88,28 @@ class ControlState:
                 "keep_alive": {**current.keep_alive, model: seconds},
                 "keep_alive_version": current.keep_alive_version + 1,
             }
+        )
+        self._persist()
+        return self.desired[slot]
+
+    def set_adapter(self, slot: str, name: str, spec: Optional[dict]) -> Desired:
+        """Add (or with None remove) a run-time adapter of the slot, for every replica: a name
+        already there is vLLM's 400, removing one that is not its 404 (two ingress replicas
+        loading one name at once: the first wins)."""
+        current = self.desired[slot]
+        if spec is not None and name in current.adapters:
+            raise APIError(
+                400, f"The lora adapter '{name}' has already been loaded.", "invalid_request_error", "lora_name"
+            )
+        if spec is None and name not in current.adapters:
+            raise APIError(
+                404, f"The lora adapter '{name}' cannot be found.", "invalid_request_error", "lora_name", "not_found"
+            )
+        adapters = {k: v for k, v in current.adapters.items() if k != name}
+        if spec is not None:
+            adapters[name] = dict(spec)
+        self.desired[slot] = current.model_copy(
+            update={"adapters": adapters, "adapters_version": current.adapters_version + 1}
         )
         self._persist()
         return self.desired[slot]

@@ -8,6 +8,11 @@ A slot's aliases (OminiX-API's family names: `qwen3`, `paraformer`, `flux`, ...)
 exception: each names an allowed model, or the slot's default (its target is `default` or not
 allowed here), so an OminiX-API client's `"model": "qwen3"` is served and never reaches a model
 outside the allow-list. Responses echo the model that served, not the alias.
+
+The LLM slot's LoRA adapters are models too: each is routed by its name (which becomes the
+request's multiplexed model id) and listed with the model it runs on as its `parent`. Those in
+the config are known from the start; those an operator loads at run time are Control's, and the
+ingress keeps its copy (`runtime_adapters`) current (deployments/ingress/serving/adapters.py).
 """
 
 from __future__ import annotations
@@ -42,6 +47,15 @@ class SlotModels:
     aliases: dict[str, str] = field(default_factory=dict)  # name (lower case) -> model id or "default"
     options: dict = field(default_factory=dict)  # what the slot's routes check first (the VLM's image limits)
     families: dict[str, list[str]] = field(default_factory=dict)  # OminiX family -> its allowed models
+    adapters: dict[str, str] = field(default_factory=dict)  # configured LoRA adapters -> the model each runs on
+    runtime_adapters: dict[str, str] = field(default_factory=dict)  # loaded at run time (Control's), the same
+
+    def adapter_parent(self, name: str) -> Optional[str]:
+        """The model the adapter `name` runs on; None when `name` is no adapter."""
+        return self.runtime_adapters.get(name) or self.adapters.get(name)
+
+    def all_adapters(self) -> dict[str, str]:
+        return {**self.adapters, **self.runtime_adapters}
 
     @property
     def default(self) -> str:
@@ -68,6 +82,8 @@ class ModelCatalog:
         if not model:
             return None
         spec = self.slots[slot]
+        if model not in spec.models and spec.adapter_parent(model) is not None:
+            return model  # an adapter: its name is the multiplexed model id
         if model not in spec.models and model.lower() in spec.aliases:
             return spec.alias_target(model)
         self.check_loadable(slot, model, not_found=True)
@@ -116,19 +132,39 @@ class ModelCatalog:
             raise
 
     def all_ids(self) -> list[str]:
-        return [m for spec in self.slots.values() for m in spec.models]
+        return [m for spec in self.slots.values() for m in [*spec.models, *spec.all_adapters()]]
+
+    def taken(self, slot: str, name: str) -> bool:
+        """Whether `name` already names a model, an alias or an adapter of the slot."""
+        spec = self.slots[slot]
+        return name in spec.models or name.lower() in spec.aliases or name in spec.all_adapters()
 
     def cards(self, loaded: dict[str, set[str]] | None = None) -> list[ModelCard]:
         """The models, then the aliases (with the model each names, as configured)."""
         loaded = loaded or {}
         ids = {
-            slot: list(dict.fromkeys([*spec.models, *sorted(loaded.get(slot, ()))]))
+            slot: list(
+                dict.fromkeys(
+                    [*spec.models, *sorted(m for m in loaded.get(slot, ()) if spec.adapter_parent(m) is None)]
+                )
+            )
             for slot, spec in self.slots.items()
         }
         models = [
             ModelCard(id=m, type=slot, endpoints=SLOTS[slot].endpoints(), loaded=m in loaded.get(slot, set()))
             for slot, models in ids.items()
             for m in models
+        ]
+        models += [
+            ModelCard(
+                id=name,
+                type=slot,
+                endpoints=SLOTS[slot].endpoints(),
+                loaded=name in loaded.get(slot, set()),
+                parent=parent,
+            )
+            for slot, spec in self.slots.items()
+            for name, parent in spec.all_adapters().items()
         ]
         aliases = [
             ModelCard(id=name, type=slot, endpoints=SLOTS[slot].endpoints(), alias_of=self.canonical(slot, name))

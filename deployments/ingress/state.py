@@ -32,6 +32,7 @@ class IngressState:
     downloads: Optional[Any] = None  # the DownloadManager (deployments/downloads), made on first use
     training: Optional[Any] = None  # VoiceTraining (ingress/serving/training.py), made on first use
     records: Optional[Any] = None  # the graph's record store (ingress/serving/records.py), on first use
+    adapters: Optional[Any] = None  # the LLM's run-time LoRA adapters (ingress/serving/adapters.py), on first use
     # System programs this ingress runs without, with the fix (deployments/system_deps.py).
     system_warnings: list[str] = field(default_factory=list)
 
@@ -67,6 +68,13 @@ class IngressState:
             else:
                 self.records = LocalRecords.in_dir(self.state_dir())
         return self.records
+
+    def adapter_directory(self) -> Any:
+        if self.adapters is None:
+            from deployments.ingress.serving.adapters import AdapterDirectory
+
+            self.adapters = AdapterDirectory(self)
+        return self.adapters
 
     def state_dir(self) -> Path:
         from deployments.hub import default_cache_dir

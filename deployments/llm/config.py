@@ -57,6 +57,15 @@ class SpeculativeConfig(BaseModel):
         )
 
 
+class AdapterConfig(BaseModel):
+    """A LoRA adapter's long form in `llm.adapters` (vLLM's --lora-modules JSON form)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(..., min_length=1, description="A local directory or Hugging Face repo id (mlx-lm's files)")
+    base: Optional[str] = Field(None, description="The allowed model it runs on; unset: the slot's default_model")
+
+
 class LLMSlotConfig(SlotModelsConfig):
     default_model: str = Field(SMOLLM2_ID, description="Served when a request names no model; loaded at start-up")
     aliases: dict[str, str] = Field(
@@ -72,6 +81,16 @@ class LLMSlotConfig(SlotModelsConfig):
     max_models_per_replica: int = Field(
         2, ge=1, description="Models one replica keeps loaded at once (the least recently used is evicted)"
     )
+    adapters: dict[str, str | AdapterConfig] = Field(
+        default_factory=dict,
+        description="LoRA adapters served as models, by name: {name: path} (a directory of mlx_lm.lora's "
+        "adapter_config.json and adapters.safetensors, or a Hugging Face repo id), or {name: {path, base}}; "
+        "more are loaded at run time with POST /v1/load_lora_adapter",
+    )
+    max_adapters_per_replica: int = Field(
+        8, ge=1, description="LoRA adapters one replica keeps loaded at once (the least recently used is evicted)"
+    )
+    max_lora_rank: int = Field(64, ge=1, description="The highest LoRA rank served; an adapter above it is a 400")
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together per replica")
     prefill_batch_size: int = Field(8, ge=1, description="Prompts prefilled together per step")
     prefill_step_size: Optional[int] = Field(
@@ -180,6 +199,24 @@ class LLMSlotConfig(SlotModelsConfig):
             options["placement_group_bundle_label_selector"] = [dict(self.rank_label_selector)]
         return options
 
+    @model_validator(mode="after")
+    def _adapters_are_not_models(self) -> LLMSlotConfig:
+        allowed = self.allowed_models()
+        for name, spec in self.adapters.items():
+            if not name or name in allowed or name.lower() in {a.lower() for a in self.aliases}:
+                raise ValueError(f"llm.adapters: '{name}' is a model id or alias already; name the adapter otherwise")
+            base = spec.base if isinstance(spec, AdapterConfig) else None
+            if base is not None and base not in allowed:
+                raise ValueError(f"llm.adapters.{name}.base: '{base}' is not an allowed model of the slot")
+        return self
+
+    def adapter_specs(self) -> dict[str, dict]:
+        """The configured adapters in Control's and the replica's form: {name: {path, base}}."""
+        return {
+            name: {"path": spec, "base": None} if isinstance(spec, str) else spec.model_dump()
+            for name, spec in self.adapters.items()
+        }
+
     def max_ongoing_requests(self) -> int:
         return self.max_batch_size  # Serve sends work to batch, never to queue inside a replica
 
@@ -209,4 +246,6 @@ class LLMSlotConfig(SlotModelsConfig):
         # The ingress refuses n over the limit before the slot sees the request, and resamples a
         # structured answer that fails its schema (deployments/ingress/serving/structured.py).
         options = {"max_n": self.max_n, "schema_attempts": self.schema_attempts}
-        return {**super().catalog_entry(cache_dir), "options": options}
+        # Each adapter with the model it runs on (its parent in /v1/models).
+        adapters = {name: spec["base"] or self.default_model for name, spec in self.adapter_specs().items()}
+        return {**super().catalog_entry(cache_dir), "options": options, "adapters": adapters}

@@ -11,6 +11,9 @@ decode in the same batch, each with its own sampler (and, with a seed, its own r
 A constrained request (deployments/llm/constraints.py) compiles its grammar once, off this
 thread, and each of its choices gets its own matcher: a logits processor that masks what the
 grammar forbids, so the sampler and the log-probabilities only see what the answer may be.
+A request may run on a LoRA adapter loaded into the model (`add_adapter`, applied between two
+steps): sequences of different adapters and of the base model decode in the same batch, each
+row with its own (deployments/llm/lora.py), and each adapter's prompts are cached apart.
 With `batching=False` the same loop decodes one sequence at a time (what a single inference
 thread such as OminiX-API's does), which the benchmarks use as a baseline.
 
@@ -43,6 +46,7 @@ from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.drafts import SpeculativeSettings
 from deployments.llm.gang import Membership, RoundChannel, join_group, load_sharded
 from deployments.llm.logprobs import TokenBytes, entry
+from deployments.llm.lora import AdapterChange, AdapterRef, AdapterStage, linear_layers
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt
 from deployments.llm.sampler import RowSampler
@@ -105,7 +109,7 @@ class _Request(Message):
     keep_at_ends: list[str] = field(default_factory=list)  # see PrefixCache
     # The system prompt's tokens while this request prefills them for the prefix cache: others
     # that start with them wait for its cache rather than prefill them again (_park).
-    shares_system: Optional[tuple[int, ...]] = None
+    shares_system: Optional[tuple] = None  # _system_key
     # Choices 1..n-1 until the first has prefilled all of the prompt but its last token, and
     # how many of the first's segment ends that takes (see _share_point).
     waiting: list[_Sequence] = field(default_factory=list)
@@ -117,6 +121,12 @@ class _Request(Message):
     # replica, every rank the same one).
     abandoned: bool = False
     rid: int = 0  # its number in this engine, the same on every rank of a sharded replica
+    adapter: Optional[AdapterRef] = None  # its LoRA adapter (deployments/llm/lora.py); None: the base model
+
+    @property
+    def namespace(self) -> str:
+        """The prompt cache's namespace of its adapter ("": the base model's)."""
+        return self.adapter.namespace if self.adapter is not None else ""
 
     def arrival(self) -> _Arrival:
         """What another rank needs to run this request as rank 0 runs it."""
@@ -203,6 +213,10 @@ class LLMEngine(EngineThread[_Request]):
         self.prefix_cache: Optional[PrefixCache] = None
         self.token_bytes: Optional[TokenBytes] = None
         self.vocab_size: Optional[int] = None  # the width of the logits
+        # LoRA adapters mixed in the batch (deployments/llm/lora.py), and the model's linear
+        # layers they may adapt (path -> widths: adapters are checked against it off this thread).
+        self.adapters: Optional[AdapterStage] = None
+        self.linear_layers: dict[str, tuple[int, int]] = {}
         self._guides = GuideCache()
         self._channel: Optional[RoundChannel] = None  # a sharded replica's link to its other ranks
         self._rids = 0  # requests numbered as they arrive
@@ -279,14 +293,16 @@ class LLMEngine(EngineThread[_Request]):
         n: int = 1,
         logprobs: Optional[int] = None,
         guided: Optional[Guided] = None,
+        adapter: Optional[AdapterRef] = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Stream the generation of `n` choices (chunks name theirs by `index`), with each
         token's log-probability and `logprobs` alternatives when that is not None, each choice
-        held to its own mask of `guided` (from `guide`, for the same n). Closing the iterator
-        early removes every choice from the batch."""
+        held to its own mask of `guided` (from `guide`, for the same n), on the LoRA `adapter`
+        (from `add_adapter`; None: the base model). Closing the iterator early removes every
+        choice from the batch."""
         if guided is not None and len(guided.masks) != n:
             raise ValueError(f"{len(guided.masks)} token masks for {n} choices")
-        request = _Request(prompt, params, tools, n, logprobs, guided)
+        request = _Request(prompt, params, tools, n, logprobs, guided, adapter=adapter)
         async with aclosing(self.stream(request, merge=merge_by_choice)) as items:
             async for item in items:
                 if isinstance(item, list):
@@ -294,6 +310,24 @@ class LLMEngine(EngineThread[_Request]):
                         yield chunk
                 else:
                     yield item
+
+    @property
+    def serves_adapters(self) -> bool:
+        """LoRA adapters load into a whole model; a sharded replica's ranks hold shards of it."""
+        return self.config.gang is None
+
+    async def add_adapter(self, layout) -> AdapterRef:
+        """Load an adapter (an AdapterLayout checked to fit `linear_layers`) into the running
+        batch, between two of its steps."""
+        return await self.submit(AdapterChange(layout=layout))
+
+    def remove_adapter(self, ref: AdapterRef) -> None:
+        """Unload an adapter between two steps, without waiting (its running rows finish on it
+        first). Safe from any thread, and once the engine has stopped."""
+        try:
+            self._put(AdapterChange(remove=ref))
+        except APIError:  # the engine is stopping: its adapters go with it
+            pass
 
     # ------------------------------------------------------------------ engine thread
 
@@ -305,6 +339,7 @@ class LLMEngine(EngineThread[_Request]):
     def _release(self) -> None:
         self._batch = None
         self._draft = None
+        self.adapters = None
         if self.prefix_cache is not None:
             self.prefix_cache.close()  # what the writer holds is written before the arrays go
         self.prefix_cache = None
@@ -324,6 +359,9 @@ class LLMEngine(EngineThread[_Request]):
         self._apply_dtype_policy()
         self._install_cpu_attention()
         self._load_speculation()
+        self.adapters = AdapterStage(self._model)
+        # A sharded model's layers are shards: adapters are served on whole models only.
+        self.linear_layers = linear_layers(self._model) if gang is None else {}
         self.context_length = model_config.get("max_position_embeddings")
         self.vocab_size = (model_config.get("text_config") or model_config).get("vocab_size")
         gen_config = self.model_dir / "generation_config.json"
@@ -336,7 +374,11 @@ class LLMEngine(EngineThread[_Request]):
             }
         if self.config.prefix_cache_entries > 0:
             self.prefix_cache = PrefixCache(
-                self.model_id, self.config.prefix_cache_entries, self.config.prefix_cache_bytes, self._disk_tier()
+                self.model_id,
+                self.config.prefix_cache_entries,
+                self.config.prefix_cache_bytes,
+                self._disk_tier(),
+                disk_for=self._disk_tier,
             )
         self.token_bytes = TokenBytes(self.tokenizer)
         logger.info("Loaded %s from %s in %.1fs", self.model_id, self.model_dir, time.perf_counter() - t0)
@@ -373,9 +415,10 @@ class LLMEngine(EngineThread[_Request]):
         if decision.upcast:
             dtype_policy.upcast(self._draft)
 
-    def _disk_tier(self) -> Optional[DiskCache]:
+    def _disk_tier(self, namespace: str = "") -> Optional[DiskCache]:
         """The prompt cache's disk tier for this model as loaded (its key names the files, the
-        dtype served and the chat template), or None when it is not configured."""
+        dtype served and the chat template; an adapter's also its `namespace`), or None when it
+        is not configured."""
         config = self.config
         if not config.disk_cache_dir or config.disk_cache_bytes <= 0:
             return None
@@ -390,7 +433,7 @@ class LLMEngine(EngineThread[_Request]):
             self.model_dir,
             str(self.stats.get("weights")),
             getattr(self.tokenizer, "chat_template", None),
-            extra=f"mlx-lm {version('mlx-lm')}",
+            extra=f"mlx-lm {version('mlx-lm')}{' ' + namespace if namespace else ''}",
         )
         return DiskCache(
             Path(config.disk_cache_dir),
@@ -459,6 +502,7 @@ class LLMEngine(EngineThread[_Request]):
             mask_width=self.vocab_size,
             drafter=self._drafter(),
             followers=self._channel,
+            adapters=self.adapters,
         )
 
     def _drafter(self):
@@ -481,8 +525,8 @@ class LLMEngine(EngineThread[_Request]):
         active: dict[int, _Sequence] = {}
         # A system prompt being prefilled -> the sequence prefilling it, and the requests that
         # start with it, parked until its cache is kept (_park).
-        self._prefilling: dict[tuple[int, ...], int] = {}
-        self._parked: dict[tuple[int, ...], list[_Request]] = {}
+        self._prefilling: dict[tuple, int] = {}
+        self._parked: dict[tuple, list[_Request]] = {}
         try:
             while True:
                 with self.replies_batched():
@@ -502,6 +546,8 @@ class LLMEngine(EngineThread[_Request]):
         self.round_began = None  # waiting for work is no round
         if not self._take_inbox(active, block=not active):
             return False
+        if self.adapters.retiring:
+            self.adapters.sweep(self._adapter_slots(active))
         self._unpark_orphans(active)
         if not active:
             return True
@@ -532,7 +578,7 @@ class LLMEngine(EngineThread[_Request]):
 
     def _deliver(self, active: dict[int, _Sequence], events: list, logprobs: dict) -> None:
         """Each token to its sequence; a finished one leaves, its cache kept for later prompts."""
-        stopped_by_us = []
+        stopped_by_us: dict[int, str] = {}  # uid -> its prompt cache namespace
         for i, r in enumerate(events):
             seq = active.get(r.uid)
             if seq is None:
@@ -542,14 +588,14 @@ class LLMEngine(EngineThread[_Request]):
                 del active[r.uid]
                 self.stats["finished"] += 1
             if outcome is _FINISHED:
-                self._keep_cache(r.all_tokens, r.prompt_cache, ANSWER)
+                self._keep_cache(r.all_tokens, r.prompt_cache, ANSWER, seq.request.namespace)
             elif outcome is _STOPPED_BY_PARSER:
                 # The batch drops the sequences it finishes; these it cannot know of.
-                stopped_by_us.append(r.uid)
+                stopped_by_us[r.uid] = seq.request.namespace
         if stopped_by_us:
-            caches = self._batch.remove(stopped_by_us, return_prompt_caches=self.prefix_cache is not None)
-            for cache, tokens in caches.values():
-                self._keep_cache(tokens, cache, ANSWER)
+            caches = self._batch.remove(list(stopped_by_us), return_prompt_caches=self.prefix_cache is not None)
+            for uid, (cache, tokens) in caches.items():
+                self._keep_cache(tokens, cache, ANSWER, stopped_by_us[uid])
         self.stats["running"] = len(active)
         self.stats["generated_tokens"] += len(events)
 
@@ -585,6 +631,9 @@ class LLMEngine(EngineThread[_Request]):
             if request is STOP:
                 round_.stop = True
                 break
+            if isinstance(request, AdapterChange):
+                self._change_adapter(request, active)
+                continue
             if request.cancelled:  # abandoned before it started
                 continue
             self._rids += 1
@@ -621,6 +670,22 @@ class LLMEngine(EngineThread[_Request]):
                 seen.setdefault(request.rid, request)
         return list(seen.values())
 
+    def _change_adapter(self, change: AdapterChange, active: dict[int, _Sequence]) -> None:
+        try:
+            result = self.adapters.apply(change, self._adapter_slots(active))
+        except Exception as e:
+            logger.exception("Could not change adapters")
+            if change._reply is not None:
+                self._fail(change, e)
+            return
+        if change._reply is not None:
+            self._finish(change, result)
+
+    def _adapter_slots(self, active: dict[int, _Sequence]) -> set[int]:
+        """The adapter slots of the running and parked requests."""
+        requests = [seq.request for seq in active.values()] + [r for rs in self._parked.values() for r in rs]
+        return {r.adapter.slot for r in requests if r.adapter is not None}
+
     def _start(self, request: _Request, active: dict[int, _Sequence]) -> None:
         try:
             started = self._admit(request)
@@ -635,7 +700,7 @@ class LLMEngine(EngineThread[_Request]):
         self.stats["running"] = len(active)
         first = started[0] if started else None
         if first is not None and request.keep_at_ends[:1] == [SYSTEM]:
-            request.shares_system = tuple(request.prompt.token_ids[: request.prompt.system_end])
+            request.shares_system = _system_key(request)
             self._prefilling[request.shares_system] = first.uid
 
     def _park(self, request: _Request) -> bool:
@@ -647,13 +712,13 @@ class LLMEngine(EngineThread[_Request]):
         end = request.prompt.system_end
         if self.prefix_cache is None or end <= 0:
             return False
-        key = tuple(request.prompt.token_ids[:end])
+        key = _system_key(request)
         if key not in self._prefilling:
             return False
         self._parked.setdefault(key, []).append(request)
         return True
 
-    def _unpark(self, key: tuple[int, ...], active: dict[int, _Sequence]) -> None:
+    def _unpark(self, key: tuple, active: dict[int, _Sequence]) -> None:
         self._prefilling.pop(key, None)
         for request in self._parked.pop(key, []):
             if request.abandoned:
@@ -682,7 +747,9 @@ class LLMEngine(EngineThread[_Request]):
     def _admit(self, request: _Request) -> list[_Sequence]:
         """Put a request's sequences in the batch: all n at once when only the prompt's last
         token is left to run, else the first alone and the others once it has prefilled."""
-        plan = self._plan_prefill(request.prompt)
+        if request.adapter is not None:
+            self.adapters.check(request.adapter)
+        plan = self._plan_prefill(request.prompt, request.namespace)
         request.cached_tokens, request.keep_at_ends = plan.cached, plan.keep_at_ends
         request.admitted_at = time.perf_counter()
         masks = request.guided.masks if request.guided else [None] * request.n
@@ -734,14 +801,15 @@ class LLMEngine(EngineThread[_Request]):
                 stop_tokens=eos,
                 mask=seq.mask,
                 logprobs=seq.request.logprobs is not None,
+                adapter=seq.request.adapter.slot if seq.request.adapter is not None else 0,
             )
         )
         seq.request.running += 1
 
-    def _plan_prefill(self, prompt: Prompt) -> PrefillPlan:
+    def _plan_prefill(self, prompt: Prompt, namespace: str = "") -> PrefillPlan:
         if self.prefix_cache is None:
             return PrefillPlan(None, 0, [prompt.token_ids])
-        return self.prefix_cache.plan(prompt.token_ids, prompt.system_end)
+        return self.prefix_cache.plan(prompt.token_ids, prompt.system_end, namespace)
 
     def _at_segment_ends(self, active: dict[int, _Sequence], prompt_responses: list) -> None:
         """Where a prompt's prefill reaches a segment end: keep the cache so far for later
@@ -769,7 +837,8 @@ class LLMEngine(EngineThread[_Request]):
             self.prefix_cache = None
             return
         for uid, (cache, tokens) in caches.items():
-            self._keep_cache(tokens, cache, active[uid].request.keep_at_ends.pop(0))
+            request = active[uid].request
+            self._keep_cache(tokens, cache, request.keep_at_ends.pop(0), request.namespace)
 
     def _start_waiting(self, active: dict[int, _Sequence], first: _Sequence) -> None:
         """The other choices of `first`'s request join the batch, each from its own copy of
@@ -786,11 +855,13 @@ class LLMEngine(EngineThread[_Request]):
             self._insert(seq, segments, cache, done)
             active[seq.uid] = seq
 
-    def _keep_cache(self, tokens: Optional[list[int]], cache: Optional[list[Any]], kind: str) -> None:
+    def _keep_cache(
+        self, tokens: Optional[list[int]], cache: Optional[list[Any]], kind: str, namespace: str = ""
+    ) -> None:
         if self.prefix_cache is None or not tokens or cache is None:
             return
         try:
-            self.prefix_cache.keep(tokens, cache, kind)
+            self.prefix_cache.keep(tokens, cache, kind, namespace)
             # What the running batch holds counts against the same budget (as mlx_lm.server does).
             self.prefix_cache.trim_to(self.config.prefix_cache_bytes - self._batch.prompt_cache_nbytes)
         except Exception:  # the cache only saves time: never fail the running batch for it
@@ -970,6 +1041,11 @@ def prefill_step(configured: Optional[int]) -> int:
     from deployments.llm.dtype_policy import on_cpu_backend
 
     return CPU_PREFILL_STEP if on_cpu_backend() else METAL_PREFILL_STEP
+
+
+def _system_key(request: _Request) -> tuple:
+    """What requests that share a system prompt's prefill share: its tokens, on one adapter."""
+    return (request.namespace, *request.prompt.token_ids[: request.prompt.system_end])
 
 
 def _share_point(segments: list[list[int]]) -> int:

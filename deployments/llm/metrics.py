@@ -1,5 +1,5 @@
 """LLM slot metrics: tokens in and out, time to first token, inter-token latency, the
-sequences running and queued, prefix-cache hits.
+sequences running and queued, prefix-cache hits, the LoRA adapters held, loaded and evicted.
 
 Recorded per model as Ray metrics (exported to Prometheus as ray_ominix_llm_*) and kept as
 running totals for the JSON summary. Inter-token latency is per request: the decode time
@@ -25,6 +25,14 @@ LLM_METRICS = {
     # acceptance rate is accepted / drafted.
     "draft_tokens": Counter("ominix_llm_spec_decode_draft_tokens", "Drafted tokens the model checked"),
     "accepted_tokens": Counter("ominix_llm_spec_decode_accepted_tokens", "Drafted tokens the model accepted"),
+    # LoRA adapters, by the model they run on (a request on an adapter counts in the metrics
+    # above under the adapter's name, its `model`: requests, tokens and latencies per adapter).
+    "adapters_loaded": Gauge("ominix_llm_adapters_loaded", "LoRA adapters the replica holds loaded into the model"),
+    "adapter_loads": Counter("ominix_llm_adapter_loads", "LoRA adapters loaded into the model"),
+    "adapter_evictions": Counter(
+        "ominix_llm_adapter_evictions",
+        "LoRA adapters evicted to make room for another (llm.max_adapters_per_replica)",
+    ),
 }
 
 
@@ -58,6 +66,12 @@ class GenerationMetrics(ModelMetrics):
                 if grown > 0:
                     self.add(model, name, grown)
             self._sampled[model] = counts
+
+    def adapters(self, held: dict[str, int]) -> None:
+        """{model: adapters held on it}; a model sampled before and holding none falls to 0."""
+        sampled = [m for m, t in self.totals.items() if "adapters_loaded" in t]
+        for model in dict.fromkeys([*held, *sampled]):
+            self.set(model, "adapters_loaded", held.get(model, 0))
 
     def sequences(self, counts: dict[str, tuple[int, int]]) -> None:
         """{model: (running, queued)} of the engines the replica holds; a model sampled before

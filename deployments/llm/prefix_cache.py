@@ -12,6 +12,11 @@ the node shares: a kept cache of at least `disk_cache_min_tokens` tokens is also
 in the background, and a prompt whose stored prefix on disk is longer than what RAM holds loads
 it instead of prefilling, when the tier's `LoadRule` says loading is faster on this machine.
 
+Entries are kept per adapter: a prompt run with a LoRA adapter (deployments/llm/lora.py) has
+other keys and values than the same tokens on the base model, so each adapter (named by its
+content's fingerprint) has its own namespace in both tiers and never starts from another's, nor
+from the base model's, cache.
+
 Used by the engine thread only (no locking). Plans are plain data so the logic is testable
 without a model.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -59,7 +65,17 @@ def plan_segments(tokens: list[int], cached: int, system_end: int) -> tuple[list
 
 
 class PrefixCache:
-    def __init__(self, model_key: str, max_entries: int, max_bytes: int, disk: Optional[DiskCache] = None):
+    """`disk`: the base model's disk tier; `disk_for(namespace)`: an adapter's (None: adapters
+    get none)."""
+
+    def __init__(
+        self,
+        model_key: str,
+        max_entries: int,
+        max_bytes: int,
+        disk: Optional[DiskCache] = None,
+        disk_for: Optional[Callable[[str], Optional[DiskCache]]] = None,
+    ):
         from mlx_lm.models.cache import LRUPromptCache
 
         self.model_key = model_key
@@ -67,13 +83,27 @@ class PrefixCache:
         self.hits = 0
         self.cached_tokens = 0
         self.disk = disk if disk is not None and disk.enabled else None
+        self._disk_for = disk_for if self.disk is not None else None
+        self._adapter_disks: dict[str, Optional[DiskCache]] = {}
         self.load_rule = LoadRule()
         self.disk_cached_tokens = 0  # of cached_tokens, those the disk tier gave
 
-    def plan(self, tokens: list[int], system_end: int = 0) -> PrefillPlan:
-        cache, rest = self._lru.fetch_nearest_cache(self.model_key, tokens)
+    def _key(self, namespace: str) -> str:
+        """The RAM tier's key: the model's, and the adapter's namespace ("": the base model)."""
+        return f"{self.model_key}@{namespace}" if namespace else self.model_key
+
+    def _tier(self, namespace: str) -> Optional[DiskCache]:
+        if not namespace or self.disk is None:
+            return self.disk
+        if namespace not in self._adapter_disks:
+            tier = self._disk_for(namespace) if self._disk_for is not None else None
+            self._adapter_disks[namespace] = tier if tier is not None and tier.enabled else None
+        return self._adapter_disks[namespace]
+
+    def plan(self, tokens: list[int], system_end: int = 0, namespace: str = "") -> PrefillPlan:
+        cache, rest = self._lru.fetch_nearest_cache(self._key(namespace), tokens)
         cache, cached = _runnable(cache, len(tokens) - len(rest) if cache is not None else 0, tokens)
-        from_disk = self._guarded(self._from_disk, tokens, cached)
+        from_disk = self._guarded(self._from_disk, tokens, cached, namespace)
         if from_disk is not None:
             cache, cached = from_disk
             self.disk_cached_tokens += cached
@@ -83,18 +113,19 @@ class PrefixCache:
         segments, keep = plan_segments(tokens, cached, system_end)
         return PrefillPlan(cache if cached else None, cached, segments, keep)
 
-    def _from_disk(self, tokens: list[int], cached: int) -> Optional[tuple[list[Any], int]]:
+    def _from_disk(self, tokens: list[int], cached: int, namespace: str = "") -> Optional[tuple[list[Any], int]]:
         """The disk tier's longest prefix of `tokens`, when it is longer than the `cached`
         tokens RAM gave and loading it is measured faster than prefilling the difference."""
-        if self.disk is None:
+        disk = self._tier(namespace)
+        if disk is None:
             return None
         for _ in range(DISK_ATTEMPTS):  # a bad entry is removed: the next longest may be good
-            name = self.disk.lookup(tokens, longer_than=cached)
+            name = disk.lookup(tokens, longer_than=cached)
             stored = int(name.split("-", 1)[0]) if name else 0
             if not name or not self.load_rule.worth_loading(min(stored, len(tokens) - 1), cached):
                 return None
             start = time.perf_counter()
-            found = self.disk.read(name, tokens)
+            found = disk.read(name, tokens)
             if found is not None:
                 self.load_rule.loaded(found[1], time.perf_counter() - start)
                 cache, loaded = _runnable(*found, tokens)
@@ -105,15 +136,16 @@ class PrefixCache:
         """A prompt prefilled `tokens` in `seconds` (to its first token): the load rule learns."""
         self.load_rule.prefilled(tokens, seconds)
 
-    def keep(self, tokens: list[int], cache: list[Any], kind: str) -> None:
+    def keep(self, tokens: list[int], cache: list[Any], kind: str, namespace: str = "") -> None:
         if not tokens:
             return
-        self._lru.insert_cache(self.model_key, list(tokens), cache, cache_type=kind)
-        self._guarded(self._to_disk, tokens, cache)
+        self._lru.insert_cache(self._key(namespace), list(tokens), cache, cache_type=kind)
+        self._guarded(self._to_disk, tokens, cache, namespace)
 
-    def _to_disk(self, tokens: list[int], cache: list[Any]) -> None:
-        if self.disk is not None and self.disk.wants(tokens):
-            self.disk.offer(tokens, snapshot(cache))
+    def _to_disk(self, tokens: list[int], cache: list[Any], namespace: str = "") -> None:
+        disk = self._tier(namespace)
+        if disk is not None and disk.wants(tokens):
+            disk.offer(tokens, snapshot(cache))
 
     def _guarded(self, step, *args):
         """A disk tier step; one that raises turns the disk tier off (the RAM tier and the
@@ -124,8 +156,10 @@ class PrefixCache:
             return step(*args)
         except Exception:
             logger.exception("The prompt cache's disk tier failed; it is turned off for this replica")
-            self.disk.stop()
-            self.disk = None
+            for tier in [self.disk, *self._adapter_disks.values()]:
+                if tier is not None:
+                    tier.stop()
+            self.disk, self._disk_for, self._adapter_disks = None, None, {}
             return None
 
     def trim_to(self, max_bytes: int) -> None:
@@ -154,8 +188,9 @@ class PrefixCache:
         return {"ram": ram, "disk": disk}
 
     def close(self) -> None:
-        if self.disk is not None:
-            self.disk.close()
+        for tier in [self.disk, *self._adapter_disks.values()]:
+            if tier is not None:
+                tier.close()
 
 
 def _runnable(cache: Optional[list[Any]], cached: int, tokens: list[int]) -> tuple[Optional[list[Any]], int]:

@@ -23,6 +23,9 @@ SLOT = Slot(
         Route("/v1/responses", 20 * MiB, 300.0),
         Route("/v1/conversations", 20 * MiB, 60.0),  # items as large as a response's input
         Route("/v1/messages", 20 * MiB, 300.0),
+        # vLLM's run-time LoRA adapters: a load is checked on a replica, which may load the base first.
+        Route("/v1/load_lora_adapter", 64 * 1024, 300.0, card=False),
+        Route("/v1/unload_lora_adapter", 64 * 1024, 30.0, card=False),
     ),
     # mlx-lm serves most text architectures: a model whose type no other slot lists is the LLM's.
     other_model_types=True,
@@ -30,6 +33,15 @@ SLOT = Slot(
         "mlx-lm",
         "mlx-lm",
         "Chat and completions with continuous batching (mlx-lm BatchGenerator)",
-        ("chat", "completions", "streaming", "continuous_batching", "tool_use", "thinking", "multiplexing"),
+        (
+            "chat",
+            "completions",
+            "streaming",
+            "continuous_batching",
+            "tool_use",
+            "thinking",
+            "multiplexing",
+            "lora_adapters",
+        ),
     ),
 )

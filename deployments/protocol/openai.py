@@ -512,6 +512,7 @@ class ModelCard(BaseModel):
     endpoints: list[str] = []
     loaded: bool = False  # on at least one replica of its slot
     alias_of: Optional[str] = None  # an alias (OminiX-API's family names): the model it names
+    parent: Optional[str] = None  # a LoRA adapter: the model it runs on (vLLM's field)
 
 
 class ModelList(BaseModel):

@@ -75,8 +75,15 @@ def conversation_head(request: Any) -> str:
 
 
 def llm_affinity_key(request: Any, session_header: Optional[str] = None) -> str:
-    """The affinity key of a chat/completion request: the client's key, else its prefix."""
-    return explicit_key(request, session_header) or f"prefix:{_digest(conversation_head(request))}"
+    """The affinity key of a chat/completion request: the client's key, else its prefix on the
+    model it names (a LoRA adapter's prompts are cached apart from its base model's: the same
+    head on two adapters is two prefixes)."""
+    explicit = explicit_key(request, session_header)
+    if explicit:
+        return explicit
+    model = getattr(request, "model", None)
+    head = conversation_head(request)
+    return "prefix:" + _digest(model + "\x00" + head if model else head)
 
 
 def replica_key(replica_id: str, token: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from deployments.routing.affinity import owner_of
-from tests.assertions import assert_openai_error, only_slots, wait_for
+from tests.assertions import assert_openai_error, only_slots, replica_ids, wait_for
 
 APP = "asr-sessions"
 SMALL = {"ray_actor_options": {"num_cpus": 0.01}}
@@ -43,13 +43,7 @@ def two_asr(server, cache_dir):
     options = {"ASR": {"num_replicas": 2, "request_router_config": router, **SMALL}, "Ingress": SMALL, "Control": SMALL}
     serve.run(build_graph(GraphArgs.from_args(args), options=options), name=APP, route_prefix=f"/{APP}", blocking=False)
     http = httpx.Client(base_url=f"{server}/{APP}", timeout=120)
-
-    def replica_ids():
-        r = http.get("/v1/models/status")
-        ids = [x["replica_id"] for x in r.json()["slots"]["asr"]["replicas"]] if r.status_code == 200 else []
-        return ids if len(ids) == 2 else None
-
-    yield http, wait_for(replica_ids, 240)
+    yield http, replica_ids(http, "asr")
     http.close()
     serve.delete(APP)
 

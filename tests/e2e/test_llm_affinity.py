@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from deployments.llm.disk_cache import PROMPT_CACHE_DIR
-from tests.assertions import only_slots, wait_for
+from tests.assertions import only_slots, replica_ids, wait_for
 
 TINY = "ominix-tiny-qwen3"
 APP = "affinity"
@@ -49,12 +49,7 @@ def deploy(app: str, router: str, kwargs: dict, cache_dir, models_dir=None) -> N
 
 
 def two_replicas(http: httpx.Client) -> list[str]:
-    def replica_ids():
-        r = http.get("/v1/models/status")
-        ids = [x["replica_id"] for x in r.json()["slots"]["llm"]["replicas"]] if r.status_code == 200 else []
-        return ids if len(ids) == 2 else None
-
-    return wait_for(replica_ids, 180)
+    return replica_ids(http, "llm", timeout_s=180)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ CONTROL_REPLICA_SIDE = (  # what every slot replica runs of the control plane
     "deployments.control.agent",
     "deployments.control.idle",
     "deployments.control.replica_models",
+    "deployments.control.residency",
     "deployments.control.policy",
     "deployments.control.state",
 )

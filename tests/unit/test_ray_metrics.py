@@ -191,15 +191,23 @@ class FakeEngine:
         return self.counts
 
 
+class FakeAdapter:
+    def __init__(self, name: str, base: str):
+        self.model_id, self.base = name, base
+
+
 class FakeModels:
-    def __init__(self, engines):
-        self._engines = engines
+    def __init__(self, engines, adapters=()):
+        self._engines, self._adapters = engines, list(adapters)
 
     def engines(self):
         return self._engines
 
+    def adapters(self):
+        return self._adapters
+
     def loaded(self):
-        return [e.model_id for e in self._engines]
+        return [e.model_id for e in [*self._engines, *self._adapters]]
 
 
 def test_an_llm_replica_samples_its_models_memory_and_sequences(exported):
@@ -207,10 +215,12 @@ def test_an_llm_replica_samples_its_models_memory_and_sequences(exported):
 
     replica = object.__new__(LLMSlot.func_or_class)  # what SlotReplica.__init__ sets, without Serve
     replica.metrics, replica._loaded_gauge = GenerationMetrics(), LoadedModelsGauge()
-    replica.models = FakeModels([FakeEngine("a", 3, 1), FakeEngine("b", 0, 0)])
+    adapters = [FakeAdapter("pirate", "a"), FakeAdapter("poet", "a")]
+    replica.models = FakeModels([FakeEngine("a", 3, 1), FakeEngine("b", 0, 0)], adapters)
     replica.sample_replica_gauges()
     loaded = {tags["model"]: v for v, tags in points(exported, "ominix_model_loaded")}
-    assert loaded == {"a": 1, "b": 1}
+    assert loaded == {"a": 1, "b": 1, "pirate": 1, "poet": 1}
+    assert points(exported, "ominix_llm_adapters_loaded") == [(2, {"model": "a"})]
     kinds = {tags["kind"] for _, tags in points(exported, "ominix_replica_memory_bytes")}
     assert {"mlx_active", "mlx_cache"} <= kinds
     assert points(exported, "ominix_llm_running_sequences") == [(3, {"model": "a"}), (0, {"model": "b"})]

@@ -25,6 +25,7 @@ from deployments.agent.sentences import sentences_of
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import sse_response
+from deployments.ingress.serving.adapters import resolve_model
 from deployments.ingress.serving.speech_stream import SpeechStream, pcm_headers
 from deployments.ingress.state import IngressState
 from deployments.protocol.agent import AgentRequest, Speech
@@ -90,7 +91,7 @@ class ServingAgent:
         """The answer to the chat request `body`, spoken as `speech` says (None: the LLM's text
         only), both slots checked."""
         chat = validate_body(ChatCompletionRequest, body)
-        llm_model = self.state.catalog.resolve("llm", chat.model)
+        llm_model = await resolve_model(self.state, "llm", chat.model)
         if speech is None:
             llm = await self.state.slot("llm").stream("chat", chat, model=llm_model)
             return AgentReply((llm.first.model if llm.first else None) or llm_model, None, llm, _silent)

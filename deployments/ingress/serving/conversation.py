@@ -42,6 +42,7 @@ from typing import Any, Optional
 from fastapi import WebSocket
 
 from deployments.ingress.errors import from_exception
+from deployments.ingress.serving.adapters import resolve_model
 from deployments.ingress.serving.agent import AgentReply, ServingAgent
 from deployments.ingress.serving.asr_sessions import ServingASRSessions
 from deployments.ingress.serving.realtime import Connection
@@ -70,7 +71,7 @@ async def open_conversation(websocket: WebSocket, state: IngressState, model: Op
     """A conversation with the LLM `model` names (`?model=`; the slot's default when absent),
     or None after an error event and a close when that model is not served."""
     try:
-        llm_model = state.catalog.resolve("llm", session_llm(model))
+        llm_model = await resolve_model(state, "llm", session_llm(model))
     except Exception as e:
         error = from_exception(e)
         await websocket.send_json(error_event(error.message, "model", error.code or "model_not_found"))
@@ -127,7 +128,7 @@ class Conversation(Connection):
         """(Re)start the ASR session, with the LLM a session.update's `model` names checked."""
         if config.llm != self.config.llm:
             try:
-                config = replace(config, llm=self.state.catalog.resolve("llm", config.llm))
+                config = replace(config, llm=await resolve_model(self.state, "llm", config.llm))
             except Exception as e:
                 error = from_exception(e)
                 raise RealtimeError(error.message, "session.model", error.code or "model_not_found") from None

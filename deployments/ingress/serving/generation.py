@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.errors import validate_body
 from deployments.ingress.responses import json_response, sse_response
+from deployments.ingress.serving.adapters import resolve_model
 from deployments.ingress.serving.cuda import open_cuda_chat, routes_to_cuda, serve_cuda_chat
 from deployments.ingress.serving.keep_alive import keep_model_alive
 from deployments.ingress.serving.structured import CheckedStream, attempts_budget
@@ -105,7 +106,7 @@ async def open_generation(
     # Compiling a large schema takes milliseconds: off the event loop.
     check = await asyncio.to_thread(AnswerCheck.of, request) if slot == "llm" else None
     client = state.slot(slot)
-    model = state.catalog.resolve(slot, request.model)
+    model = await resolve_model(state, slot, request.model)
     check_choice_count(state, slot, request)
     # The conversation's key: the slot's router keeps it on the replica holding its prefix cache.
     session = affinity or llm_affinity_key(request, session_header)

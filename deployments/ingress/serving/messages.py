@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from deployments.ingress.errors import from_exception, validate_body, validation_error
 from deployments.ingress.responses import sse_response
+from deployments.ingress.serving.adapters import resolve_model
 from deployments.ingress.serving.cuda import routes_to_cuda
 from deployments.ingress.serving.generation import ChatGeneration, open_chat, serves_vision
 from deployments.ingress.state import IngressState
@@ -91,7 +92,7 @@ class ServingMessages:
             )
         try:
             chat_request = validate_body(ChatCompletionRequest, chat)
-            model = self.state.catalog.resolve("llm", chat_request.model)
+            model = await resolve_model(self.state, "llm", chat_request.model)
             tokens = await self.state.slot("llm").call("count_tokens", chat_request, model=model)
         except APIError as e:
             raise renamed(e, CHAT_TO_MESSAGES_PARAMS) from None

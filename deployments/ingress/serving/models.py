@@ -12,6 +12,7 @@ from typing import Any, Optional
 from deployments import SERVICE_NAME, __version__
 from deployments.control.capabilities import registry
 from deployments.control.state import LOADED, RUNNING, UNLOADED
+from deployments.ingress.serving.adapters import take_runtime_adapters
 from deployments.ingress.serving.cuda import NOT_CONFIGURED_STATUS, cuda_model_cards, cuda_status
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request, server_error
@@ -77,6 +78,8 @@ class ServingModels:
             status = await self.control_status(LIST_TIMEOUT_S)
         except Exception:
             return {}
+        if "llm" in status:  # the run-time LoRA adapters, listed with the models
+            take_runtime_adapters(self.state, status["llm"]["desired"].get("adapters") or {})
         return {slot: {m for r in info["replicas"] for m in r["loaded_models"]} for slot, info in status.items()}
 
     async def cards(self) -> list[ModelCard]:

@@ -26,6 +26,7 @@ def test_shipped_config_validates_and_serves_the_real_small_models():
         # the ingress refuses n over llm.max_n before the slot, and resamples a structured answer
         # that fails its schema up to llm.schema_attempts times
         "options": {"max_n": 8, "schema_attempts": 4},
+        "adapters": {},  # LoRA adapters declared in llm.adapters -> the model each runs on
     }
     assert config.catalog()["asr"]["models"] == ["whisper-tiny.en", "ominix-tiny-whisper"]
     assert config.catalog()["tts"]["models"] == ["ominix-kokoro-82m", "ominix-tiny-pocket-tts"]
