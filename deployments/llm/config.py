@@ -97,7 +97,9 @@ class LLMSlotConfig(SlotModelsConfig):
         "node's LLM replicas and kept across restarts (least recently used evicted); 0: off",
     )
     disk_cache_min_tokens: int = Field(
-        256, ge=1, description="Prompt caches of at least this many tokens are also written to the disk tier"
+        256,
+        ge=1,
+        description="Prompt caches of at least this many tokens go to the disk tier once seen a second time (reused or kept again)",
     )
     cpu_dtype: Literal["auto", "float32", "keep"] = Field(
         "auto",
