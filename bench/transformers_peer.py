@@ -100,9 +100,7 @@ def measure(cache_dir: Path, streams: list[int], tokens: int, repeats: int, prog
 def render(result: dict) -> str:
     from bench.report import table
 
-    rows = [
-        [n, m["tokens_per_s"], m["host_ms_per_step"], m["wall_ms_per_step"]] for n, m in result["levels"].items()
-    ]
+    rows = [[n, m["tokens_per_s"], m["host_ms_per_step"], m["wall_ms_per_step"]] for n, m in result["levels"].items()]
     head = f"transformers {result['transformers']} generate() on {result['device']} (torch {result['torch']}), bfloat16"
     return head + "\n\n" + table(["streams", "tok/s", "host ms/step", "wall ms/step"], rows)
 
