@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -190,23 +189,16 @@ def main(argv=None) -> int:
         from deployments.llm.tiny_model import ensure_tiny_llm
 
         model_dir = ensure_tiny_llm(opts.cache_dir)
-    load = list(os.getloadavg())
+    from bench.report import run_standalone, save_standalone
 
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    t0 = time.perf_counter()
-    workloads = asyncio.run(measure(model_dir, opts.requests, opts.tokens, progress))
-    result = {
-        "preset": "custom",
-        "command": " ".join(["python -m bench.disk_admission", *(sys.argv[1:] if argv is None else argv)]),
-        "model": model_dir.name,
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        "workloads": workloads,
-    }
-    from bench.report import save_standalone
-
+    result = run_standalone(
+        "bench.disk_admission",
+        argv,
+        lambda progress: {
+            "model": model_dir.name,
+            "workloads": asyncio.run(measure(model_dir, opts.requests, opts.tokens, progress)),
+        },
+    )
     save_standalone(opts.out, "disk_admission", result, render(result))
     return 0
 

@@ -7,9 +7,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Optional
 
 from bench.stats import rounded
 from deployments import blas
@@ -67,6 +68,26 @@ def write_result(out_dir: Path, scenario: str, result: dict) -> Path:
     }
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path
+
+
+def progress(message: str) -> None:
+    """A tool's progress line, timed, as it happens."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_standalone(module: str, argv: Optional[list[str]], measure: Callable[[Callable[[str], None]], dict]) -> dict:
+    """`measure(progress)` as `python -m <module>` runs it alone: its result with the command,
+    the duration and the load average before (what a scenario's JSON records too)."""
+    load = list(os.getloadavg())
+    t0 = time.perf_counter()
+    result = measure(progress)
+    return {
+        "preset": "custom",
+        "command": " ".join([f"python -m {module}", *(sys.argv[1:] if argv is None else argv)]),
+        "duration_s": time.perf_counter() - t0,
+        "load_average_before": load,
+        **result,
+    }
 
 
 def save_standalone(out_dir: Path, scenario: str, result: dict, rendered: str) -> Path:

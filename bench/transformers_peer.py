@@ -14,7 +14,6 @@ development machine runs it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -113,22 +112,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)
-    load = list(os.getloadavg())
-    t0 = time.perf_counter()
+    from bench.report import run_standalone, save_standalone
 
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    result = measure(opts.cache_dir, opts.streams, opts.tokens, opts.repeats, progress)
-    result = {
-        "preset": "custom",
-        "command": " ".join(["python -m bench.transformers_peer", *(sys.argv[1:] if argv is None else argv)]),
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        **result,
-    }
-    from bench.report import save_standalone
-
+    result = run_standalone(
+        "bench.transformers_peer",
+        argv,
+        lambda progress: measure(opts.cache_dir, opts.streams, opts.tokens, opts.repeats, progress),
+    )
     save_standalone(opts.out, "transformers_peer", result, render(result))
     return 0
 
