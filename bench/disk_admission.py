@@ -13,7 +13,7 @@ For each: the entries and bytes written, the disk tier's admissions by reason
 `conversations`, a fresh engine on the same disk (a restarted replica) asks one more question /
 turn, and the tokens it loads from disk are reported: what the writes were for.
 
-    .venv/bin/python -m bench.disk_admission [--requests 128] [--model smollm2|tiny]
+    .venv/bin/python -m bench.disk_admission [--requests 128] [--model smollm2|tiny] [--workloads one_off,...]
 
 Run from a checkout of an older commit it measures that commit's policy (figures it does not
 report are left out): docs/performance.md has both.
@@ -103,12 +103,15 @@ def written(disk_dir: Path) -> dict:
     return {"entries": len(entries), "bytes": sum(e.nbytes for e in entries)}
 
 
-async def measure(model_dir: Path, requests: int, tokens: int, progress) -> dict:
+WORKLOADS = ("one_off", "shared_system", "conversations")
+
+
+async def measure(model_dir: Path, requests: int, tokens: int, progress, workloads=WORKLOADS) -> dict:
     from deployments.llm.config import LLMSlotConfig
     from deployments.llm.engine import LLMEngine
 
     results = {}
-    for workload in ("one_off", "shared_system", "conversations"):
+    for workload in workloads:
         disk_dir = Path(tempfile.mkdtemp(prefix=f"ominix-admission-{workload}-"))
         config = LLMSlotConfig().engine_config(disk_cache_dir=disk_dir)
         engine = await LLMEngine.start("model", model_dir, config)
@@ -175,6 +178,7 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=128)
     p.add_argument("--tokens", type=int, default=8)
     p.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2")
+    p.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS))
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
     opts = p.parse_args(argv)
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
         argv,
         lambda progress: {
             "model": model_dir.name,
-            "workloads": asyncio.run(measure(model_dir, opts.requests, opts.tokens, progress)),
+            "workloads": asyncio.run(measure(model_dir, opts.requests, opts.tokens, progress, opts.workloads)),
         },
     )
     save_standalone(opts.out, "disk_admission", result, render(result))
