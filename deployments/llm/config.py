@@ -104,7 +104,7 @@ class LLMSlotConfig(SlotModelsConfig):
     cpu_dtype: Literal["auto", "float32", "keep"] = Field(
         "auto",
         description="On MLX's CPU backend: auto makes bf16/fp16/quantized weights dense float32 when the copy fits "
-        "cpu_upcast_max_bytes (BLAS-fast there); float32 always; keep never. Metal keeps the weights as they are",
+        "cpu_upcast_max_bytes (BLAS-fast there); float32 always; keep never. A GPU (Metal, CUDA) keeps the weights as they are",
     )
     cpu_upcast_max_bytes: int = Field(
         4 << 30, ge=0, description="The largest dense float32 copy cpu_dtype auto makes of one model's weights"
