@@ -16,10 +16,10 @@ first's `libmlx.so`. `make setup` runs `python -m deployments.accelerator setup`
   CUDA 12 build) `mlx-cuda-12`; an older driver, or GPUs all below compute capability 7.5 (the
   oldest MLX's CUDA backend supports), keep `mlx-cpu`, with one line saying why;
 - `OMINIX_MLX_BUILD=cpu|cuda12|cuda13` overrides the choice (`auto`, the default, detects);
-- swaps: uninstalls every other build first, then installs the chosen one at the binding's
-  version (with its NVIDIA libraries from PyPI the first time; `--no-deps --force-reinstall`
-  when only its files need putting back, after `pip install -e .` brought `mlx-cpu` back);
-  if the install fails, `mlx-cpu` goes back in, so the environment always has one build.
+- swaps: fetches the chosen build at the binding's version and installs it with its NVIDIA
+  libraries from PyPI over the installed one, then uninstalls the others and puts the chosen
+  build's files back from the fetched wheel, offline (`swap_plan`); whatever needs the network
+  comes first, so a machine that cannot reach PyPI keeps the build it has.
 
 The detection, the choice and the swap's pip commands are pure functions of what nvidia-smi
 and /proc say, tested with a faked driver (tests/unit/test_accelerator.py). The CUDA path has
@@ -45,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -213,22 +214,31 @@ def installed_builds(version: Callable[[str], str] = importlib.metadata.version)
     return found
 
 
-def swap_plan(chosen: Choice, installed: Mapping[str, str], mlx_version: Optional[str]) -> list[list[str]]:
-    """The pip arguments that leave exactly the chosen build, at the binding's version,
-    installed: the others out first (their files are the chosen build's files), then the chosen
-    one in. Empty when there is nothing to do."""
+def swap_plan(
+    chosen: Choice, installed: Mapping[str, str], mlx_version: Optional[str], wheel_dir: str
+) -> list[list[str]]:
+    """The pip arguments, run in order until one fails, that leave exactly the chosen build at
+    the binding's version installed. Everything that needs the network comes first, while the
+    environment still has its build: the chosen wheel into `wheel_dir`, then the chosen build
+    with its dependencies (its NVIDIA libraries) over the installed one. Then the others out:
+    uninstalling one deletes the files it shares with the chosen build (`mlx/lib/libmlx.so`),
+    so the chosen build's files go back last, from `wheel_dir`, offline. Empty when there is
+    nothing to do."""
     if chosen.package is None or mlx_version is None:
         return []
     others = [PACKAGES[build] for build in installed if build != chosen.build and build in PACKAGES]
     present = installed.get(chosen.build) == mlx_version
     if present and not others:
         return []
-    steps = [["uninstall", "--yes", *others]] if others else []
     requirement = f"{chosen.package}=={mlx_version}"
-    if present:  # its NVIDIA libraries are in: only the files another build overwrote go back
-        steps.append(["install", "--no-deps", "--force-reinstall", requirement])
-    else:
+    steps = [["download", "--no-deps", "--dest", wheel_dir, requirement]]
+    if not present:
         steps.append(["install", requirement])
+    if others:
+        steps.append(["uninstall", "--yes", *others])
+        steps.append(
+            ["install", "--no-deps", "--force-reinstall", "--no-index", "--find-links", wheel_dir, requirement]
+        )
     return steps
 
 
@@ -257,18 +267,17 @@ def setup(
     say: Callable[[str], None] = say_now,
 ) -> None:
     """`make setup`'s step: install the `chosen` build at the binding's version. Never fails
-    setup: a build that cannot be installed leaves the CPU one."""
-    steps = swap_plan(chosen, installed(), mlx_version)
-    if not steps:
-        if not chosen.quiet and chosen.build == CPU:
-            say(f"{PREFIX} keeping {PACKAGES[CPU]} ({chosen.reason})")
-        return
-    say(f"{PREFIX} installing {chosen.package}=={mlx_version} ({chosen.reason})")
-    if all(pip(step) for step in steps) or chosen.build == CPU:
-        return
-    say(f"{PREFIX} {chosen.package} could not be installed; putting {PACKAGES[CPU]} back")
-    for step in swap_plan(Choice(CPU, "fallback"), installed(), mlx_version):
-        pip(step)
+    setup: a build that cannot be fetched (no network to PyPI) leaves the installed one."""
+    with tempfile.TemporaryDirectory(prefix="ominix-mlx-build-") as wheel_dir:
+        steps = swap_plan(chosen, installed(), mlx_version, wheel_dir)
+        if not steps:
+            if not chosen.quiet and chosen.build == CPU:
+                say(f"{PREFIX} keeping {PACKAGES[CPU]} ({chosen.reason})")
+            return
+        say(f"{PREFIX} installing {chosen.package}=={mlx_version} ({chosen.reason})")
+        if not all(pip(step) for step in steps):  # stops at the first that fails
+            kept = installed_build(installed()) or "no MLX build"
+            say(f"{PREFIX} {chosen.package} could not be installed; {kept} stays")
 
 
 # ---------------------------------------------------------------------------- at run time

@@ -110,6 +110,8 @@ def test_the_setting_overrides_and_macos_installs_nothing():
 
 
 CUDA13_CHOICE = Choice(CUDA13, "driver")
+FETCH = ["download", "--no-deps", "--dest", "/w", "mlx-cuda-13==0.32.4"]
+PUT_BACK = ["install", "--no-deps", "--force-reinstall", "--no-index", "--find-links", "/w", "mlx-cuda-13==0.32.4"]
 
 
 @pytest.mark.parametrize(
@@ -117,44 +119,59 @@ CUDA13_CHOICE = Choice(CUDA13, "driver")
     [
         (Choice(CPU, "no driver"), {CPU: "0.32.4"}, []),  # the development machine: nothing
         (CUDA13_CHOICE, {CUDA13: "0.32.4"}, []),
-        # The first setup on a GPU machine: pip gave mlx-cpu. It goes first: the two share files.
-        (CUDA13_CHOICE, {CPU: "0.32.4"}, [["uninstall", "--yes", "mlx-cpu"], ["install", "mlx-cuda-13==0.32.4"]]),
-        # `pip install -e .` again (pyproject.toml changed) brought mlx-cpu back over the CUDA
-        # build's files; its NVIDIA libraries are still there.
+        # The first setup on a GPU machine: pip gave mlx-cpu. The CUDA build and its NVIDIA
+        # libraries come in over it, then mlx-cpu goes, deleting the files the two share, which
+        # the fetched wheel puts back offline.
         (
             CUDA13_CHOICE,
-            {CPU: "0.32.4", CUDA13: "0.32.4"},
-            [["uninstall", "--yes", "mlx-cpu"], ["install", "--no-deps", "--force-reinstall", "mlx-cuda-13==0.32.4"]],
+            {CPU: "0.32.4"},
+            [FETCH, ["install", "mlx-cuda-13==0.32.4"], ["uninstall", "--yes", "mlx-cpu"], PUT_BACK],
         ),
+        # `pip install -e .` again (pyproject.toml changed) brought mlx-cpu back over the CUDA
+        # build's files; its NVIDIA libraries are still there.
+        (CUDA13_CHOICE, {CPU: "0.32.4", CUDA13: "0.32.4"}, [FETCH, ["uninstall", "--yes", "mlx-cpu"], PUT_BACK]),
         # MLX upgraded: the build follows the binding's version (pip replaces its old version).
         (
             CUDA13_CHOICE,
             {CPU: "0.33.0", CUDA13: "0.32.4"},
-            [["uninstall", "--yes", "mlx-cpu"], ["install", "mlx-cuda-13==0.33.0"]],
+            [
+                [*FETCH[:-1], "mlx-cuda-13==0.33.0"],
+                ["install", "mlx-cuda-13==0.33.0"],
+                ["uninstall", "--yes", "mlx-cpu"],
+                [*PUT_BACK[:-1], "mlx-cuda-13==0.33.0"],
+            ],
         ),
         # An operator's OMINIX_MLX_BUILD=cpu on a GPU machine.
         (
             Choice(CPU, "forced"),
             {CUDA13: "0.32.4"},
-            [["uninstall", "--yes", "mlx-cuda-13"], ["install", "mlx-cpu==0.32.4"]],
+            [
+                ["download", "--no-deps", "--dest", "/w", "mlx-cpu==0.32.4"],
+                ["install", "mlx-cpu==0.32.4"],
+                ["uninstall", "--yes", "mlx-cuda-13"],
+                ["install", "--no-deps", "--force-reinstall", "--no-index", "--find-links", "/w", "mlx-cpu==0.32.4"],
+            ],
         ),
         (Choice(METAL, "macOS"), {METAL: "0.32.4"}, []),
     ],
 )
 def test_the_swap_leaves_exactly_the_chosen_build(chosen, installed, steps):
     mlx = "0.33.0" if installed.get(CPU) == "0.33.0" else "0.32.4"
-    assert accelerator.swap_plan(chosen, installed, mlx) == steps
+    assert accelerator.swap_plan(chosen, installed, mlx, "/w") == steps
 
 
 def test_nothing_to_swap_without_the_binding():
-    assert accelerator.swap_plan(CUDA13_CHOICE, {CPU: "0.32.4"}, None) == []
+    assert accelerator.swap_plan(CUDA13_CHOICE, {CPU: "0.32.4"}, None, "/w") == []
 
 
 class Pip:
-    """pip as setup calls it: the arguments, and an environment that changes as pip would."""
+    """pip as setup calls it, over an environment's builds and the files they share
+    (`mlx/lib/libmlx.so`: whose copy is there); `offline`: PyPI cannot be reached."""
 
-    def __init__(self, installed: dict[str, str], fails: str = ""):
-        self.installed, self.fails, self.calls = dict(installed), fails, []
+    def __init__(self, installed: dict[str, str], offline: bool = False):
+        self.installed, self.offline, self.calls = dict(installed), offline, []
+        self.libmlx = next(iter(installed), None)
+        self.fetched = set()
 
     def __call__(self, args: list[str]) -> bool:
         self.calls.append(args)
@@ -162,26 +179,32 @@ class Pip:
         if args[0] == "uninstall":
             for package in args[2:]:
                 self.installed.pop(names[package], None)
+                self.libmlx = None  # its RECORD lists the shared files: gone, whoever wrote them
             return True
         package, _, version = args[-1].partition("==")
-        if package == self.fails:
+        if "--no-index" not in args and self.offline:
             return False
+        if args[0] == "download":
+            self.fetched.add(args[-1])
+            return True
+        assert "--no-index" not in args or args[-1] in self.fetched
         self.installed[names[package]] = version
+        self.libmlx = names[package]
         return True
 
 
 def test_setup_installs_the_cuda_build_in_place_of_the_cpu_one():
     pip, said = Pip({CPU: "0.32.4"}), []
     accelerator.setup(CUDA13_CHOICE, lambda: pip.installed, "0.32.4", pip, said.append)
-    assert pip.installed == {CUDA13: "0.32.4"}
+    assert pip.installed == {CUDA13: "0.32.4"} and pip.libmlx == CUDA13
     assert said == ["MLX build: installing mlx-cuda-13==0.32.4 (driver)"]
 
 
-def test_a_cuda_build_that_cannot_be_installed_puts_the_cpu_one_back():
-    pip, said = Pip({CPU: "0.32.4"}, fails="mlx-cuda-13"), []
+def test_without_pypi_the_installed_build_stays_whole():
+    pip, said = Pip({CPU: "0.32.4"}, offline=True), []
     accelerator.setup(CUDA13_CHOICE, lambda: pip.installed, "0.32.4", pip, said.append)
-    assert pip.installed == {CPU: "0.32.4"}
-    assert said[-1] == "MLX build: mlx-cuda-13 could not be installed; putting mlx-cpu back"
+    assert pip.installed == {CPU: "0.32.4"} and pip.libmlx == CPU and len(pip.calls) == 1
+    assert said[-1] == "MLX build: mlx-cuda-13 could not be installed; mlx-cpu 0.32.4 stays"
 
 
 def test_setup_says_nothing_on_a_machine_without_a_driver():
