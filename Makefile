@@ -16,11 +16,16 @@ BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: setup serve status test test-fast lint bench bench-peers clean
 
+# MLX's build (deployments/accelerator.py): on Linux with an NVIDIA driver, MLX's CUDA build
+# (mlx-cuda-12 or mlx-cuda-13, from the driver's CUDA version) in place of mlx-cpu, at the
+# binding's version; silent without a driver (docs/nvidia.md). OMINIX_MLX_BUILD=cpu|cuda12|cuda13
+# chooses. Every time, not only with the stamp: `pip install -e .` puts mlx-cpu back.
 # System packages (deployments/system_deps.py): OpenBLAS, ffmpeg and npm for the graph, espeak-ng,
 # chromium and Prometheus for the tests. Installed with apt-get or dnf as root or with
 # passwordless sudo, else one line each says what to run; it never fails the target. Without
 # OpenBLAS it puts the mkl wheel into .venv instead. Silent when nothing is missing.
 setup: $(STAMP)
+	@$(VENV)/bin/python -m deployments.accelerator setup
 	@$(VENV)/bin/python -m deployments.system_deps runtime
 
 $(STAMP): pyproject.toml
@@ -42,8 +47,8 @@ serve: setup
 	$(VENV)/bin/python -m graphs.serve
 
 # From a second terminal: `serve status` and `ray status` of the graph `make serve` (or a plain
-# `serve run serve_config.yaml`) started, then each slot's model, BLAS and missing system
-# packages from the graph's /readyz (graphs/status.py; PORT= as for `make serve`). Ray 2.60 starts that cluster with token authentication
+# `serve run serve_config.yaml`) started, then each slot's model, what its MLX runs on (cuda,
+# metal or cpu, and the device), BLAS and missing system packages from the graph's /readyz (graphs/status.py; PORT= as for `make serve`). Ray 2.60 starts that cluster with token authentication
 # on and keeps the token in ~/.ray/auth_token, but its CLIs only send it when RAY_AUTH_MODE=token
 # is set (docs/operating.md). RAY_DASHBOARD_ADDRESS / RAY_ADDRESS choose another cluster.
 status:

@@ -75,6 +75,23 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def run_standalone(
+    module: str, argv: Optional[Sequence[str]], measure: Callable[[Callable[[str], None]], dict]
+) -> dict:
+    """`measure(progress)` as `python -m <module>` runs it alone: its result with the command,
+    the duration and the load average before (what a scenario's JSON records too)."""
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    t0 = time.perf_counter()
+    result = measure(progress)
+    return {
+        "preset": "custom",
+        "command": " ".join([f"python -m {module}", *(sys.argv[1:] if argv is None else argv)]),
+        "duration_s": time.perf_counter() - t0,
+        "load_average_before": load,
+        **result,
+    }
+
+
 def run_alone(
     module: Any,
     scenario: str,
@@ -91,18 +108,10 @@ def run_alone(
     import shutil
     import tempfile
 
-    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f"ominix-{scenario}-"))
-    result = asyncio.run(measure(progress, work))
+    result = run_standalone(f"bench.{scenario}", argv, lambda say: asyncio.run(measure(say, work)))
     shutil.rmtree(work, ignore_errors=True)
-    result = {
-        "preset": preset,
-        "command": " ".join([f"python -m bench.{scenario}", *(sys.argv[1:] if argv is None else argv)]),
-        "duration_s": time.perf_counter() - t0,
-        "load_average_before": load,
-        **result,
-    }
+    result["preset"] = preset
     save_standalone(out_dir, scenario, result, module.render(result))
     module.plot(result, out_dir / f"{scenario}.png")
     return 0

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from deployments import blas, system_deps
+from deployments import accelerator, blas, system_deps
 from deployments.control.agent import SlotAgent, memory_snapshot
 from deployments.control.idle import IdlePolicy
 from deployments.control.replica_models import ReplicaModels
@@ -43,6 +43,12 @@ class SlotReplica:
         # otherwise multiply with the slow reference BLAS it bundles (deployments/blas.py).
         # Only model replicas load a BLAS; the ingress, Control and the proxy never do.
         choice = blas.select()  # logs its own WARNING on the reference BLAS
+        # Which device this replica's models compute on (MLX's CUDA build on an NVIDIA machine:
+        # docs/nvidia.md), said once at start; Control hears it with every report.
+        backend = accelerator.runtime()
+        logger.info(
+            "%s slot: MLX runs on %s (%s)", self.slot.label, accelerator.label(backend.as_dict()), backend.build
+        )
         tools = system_deps.replica_warnings(self.slot.system_tools)
         for line in tools:
             logger.warning("%s slot: %s", self.slot.label, line)

@@ -1,6 +1,7 @@
 """`python -m graphs.status`, the last part of `make status`: each slot of the running graph
-with its model, the BLAS its replicas multiply with and what they run without (ffmpeg, ...),
-read from the graph's own GET /readyz (public: no API key needed).
+with its model, what its replicas' MLX runs on (the backend and device: cuda, metal or cpu), the
+BLAS they multiply with and what they run without (ffmpeg, ...), read from the graph's own GET
+/readyz (public: no API key needed).
 
 The address is the one `make serve` serves on: serve_config.yaml's `http_options` under
 OminiX-API's PORT / OMINIX_API_HOST / OMINIX_TLS_* (graphs/serve.py). A graph that does not
@@ -40,8 +41,9 @@ def lines(body: dict[str, Any]) -> list[str]:
             if info.get("ready")
             else info.get("reason")
         )
+        mlx = ", ".join(info.get("mlx") or []) or "not reported yet"
         blas = ", ".join(info.get("blas") or []) or "not reported yet"
-        out.append(f"  {slot:<11} {state}; BLAS: {blas}")
+        out.append(f"  {slot:<11} {state}; MLX: {mlx}; BLAS: {blas}")
         warnings += [line for line in info.get("warnings", []) if line not in warnings]
     return out + [f"WARNING: {line}" for line in warnings]
 

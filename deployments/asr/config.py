@@ -17,6 +17,14 @@ from deployments.slot_types import SLOT_DEFAULT, SlotModelsConfig
 logger = logging.getLogger(__name__)
 
 
+def whisper_dtype(setting: str, on_cpu: bool) -> str:
+    """The dtype Whisper computes in: `asr.dtype`, where `auto` is float32 on MLX's CPU backend
+    (float16 is slower there, measured) and float16 on a GPU, Metal or CUDA alike."""
+    if setting != "auto":
+        return setting
+    return "float32" if on_cpu else "float16"
+
+
 @dataclass(frozen=True)
 class BatchingMode:
     name: str
@@ -95,7 +103,7 @@ class ASRSlotConfig(SlotModelsConfig):
     mode: str = Field(DEFAULT_MODE, description="off | interactive | conversational | offline")
     max_batch: Optional[int] = Field(None, ge=1, description="Overrides the mode's batch size")
     dtype: Literal["auto", "float16", "float32"] = Field(
-        "auto", description="auto: float16 on Metal, float32 on CPU (faster there)"
+        "auto", description="auto: float16 on a GPU (Metal, CUDA), float32 on MLX's CPU backend (faster there)"
     )
     cpu_kernels: bool = Field(
         True,

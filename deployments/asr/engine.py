@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from deployments.accelerator import on_cpu_backend
+from deployments.asr.config import whisper_dtype
 from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
 from deployments.audio.vad import Chunk, VADConfig, split_for_decoding
 from deployments.engine_thread import EngineThread, Message
@@ -209,9 +211,7 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
         import mlx.core as mx
         from mlx_audio.stt.models.whisper.whisper import sinusoids
 
-        if name == "auto":
-            name = "float16" if mx.metal.is_available() else "float32"
-        dtype = getattr(mx, name)
+        dtype = getattr(mx, whisper_dtype(name, on_cpu_backend()))
         model = self._model
         if model.dtype == dtype:
             return

@@ -219,7 +219,7 @@ class SlotAgent:
             return
         from ray import serve
 
-        from deployments import blas
+        from deployments import accelerator, blas
         from deployments.download_progress import active_downloads
 
         report = ReplicaReport(
@@ -234,6 +234,7 @@ class SlotAgent:
             error=self.error,
             loading={"model": self.loading, "download": active_downloads().get(self.loading)} if self.loading else None,
             blas=blas.select().as_dict(),
+            accelerator=accelerator.runtime().as_dict(),
             warnings=self.warnings,
             node=node_facts(),
             ranks=self._ranks() if self._ranks is not None else None,

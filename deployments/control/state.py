@@ -51,6 +51,8 @@ class ReplicaReport(BaseModel):
     models: list[dict] = []
     loading: Optional[dict] = None  # {"model", "download": bytes/files so far} while a load runs
     blas: Optional[dict] = None  # the BLAS MLX's CPU backend multiplies with (deployments/blas.py)
+    # What its MLX runs on: backend (cuda, metal, cpu), device, its name, the build (deployments/accelerator.py)
+    accelerator: Optional[dict] = None
     warnings: list[str] = []  # what it runs without, with the fix (deployments/system_deps.py)
     node: Optional[dict] = None  # the Ray node it runs on: id, ip, labels (docs/multi-node.md)
     ranks: Optional[list[dict]] = None  # a sharded LLM replica's ranks and their nodes (docs/multi-node.md)

@@ -14,14 +14,16 @@ from typing import Any, Optional
 
 import mlx.core as mx
 
+from deployments.accelerator import on_cpu_backend
 from deployments.hub import build_model_dir
 from deployments.image.families import FLUX2_KLEIN, Z_IMAGE_TURBO, ImageFamily, family_of
 
 # mflux mx.compile()s the denoiser. On MLX's CPU backend the first compile of a graph costs
 # more than a small generation itself and the compiled graph buys little, so compile is off
 # there (what MLX_DISABLE_COMPILE=1 does, but effective although MLX is already imported).
-# On Metal compile pays off; MLX_DISABLE_COMPILE still works as an override everywhere.
-if not mx.metal.is_available():
+# On a GPU (Metal, or CUDA with MLX's CUDA build) compile pays off: the gate is the CPU
+# backend, not "no Metal". MLX_DISABLE_COMPILE still works as an override everywhere.
+if on_cpu_backend():
     mx.disable_compile()
 
 

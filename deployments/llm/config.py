@@ -123,12 +123,14 @@ class LLMSlotConfig(SlotModelsConfig):
         "node's LLM replicas and kept across restarts (least recently used evicted); 0: off",
     )
     disk_cache_min_tokens: int = Field(
-        256, ge=1, description="Prompt caches of at least this many tokens are also written to the disk tier"
+        256,
+        ge=1,
+        description="Prompt caches of at least this many tokens go to the disk tier once seen a second time (reused or kept again)",
     )
     cpu_dtype: Literal["auto", "float32", "keep"] = Field(
         "auto",
         description="On MLX's CPU backend: auto makes bf16/fp16/quantized weights dense float32 when the copy fits "
-        "cpu_upcast_max_bytes (BLAS-fast there); float32 always; keep never. Metal keeps the weights as they are",
+        "cpu_upcast_max_bytes (BLAS-fast there); float32 always; keep never. A GPU (Metal, CUDA) keeps the weights as they are",
     )
     cpu_upcast_max_bytes: int = Field(
         4 << 30, ge=0, description="The largest dense float32 copy cpu_dtype auto makes of one model's weights"

@@ -86,18 +86,27 @@ def longest_stored_prefix(tokens: list[int], names: Iterable[str], longer_than: 
     lengths: dict[int, set[str]] = {}
     for name in names:
         m = _NAME.match(name)
-        if m and longer_than < int(m.group(1)) <= len(tokens):
+        if m:
             lengths.setdefault(int(m.group(1)), set()).add(m.group(2))
+    found = longest_prefix(tokens, lengths, longer_than)
+    return None if found is None else entry_name(tokens[:found])
+
+
+def longest_prefix(tokens: list[int], hashes: dict[int, set[str]], longer_than: int = 0) -> Optional[int]:
+    """The length of the longest prefix of `tokens` among `hashes` (length -> the token hashes
+    of `entry_name` at that length), longer than `longer_than`; None when there is none. One
+    pass of one hash over the tokens, stopping at the longest length there is."""
+    lengths = sorted(n for n in hashes if longer_than < n <= len(tokens))
     if not lengths:
         return None
-    data = _token_bytes(tokens)
+    data = _token_bytes(tokens[: lengths[-1]])
     h, done, found = hashlib.sha256(), 0, None
-    for length in sorted(lengths):
+    for length in lengths:
         h.update(data[done * 8 : length * 8])
         done = length
-        if h.copy().hexdigest()[:32] in lengths[length]:
+        if h.copy().hexdigest()[:32] in hashes[length]:
             found = length
-    return None if found is None else entry_name(tokens[:found])
+    return found
 
 
 @dataclass

@@ -9,7 +9,8 @@ mlx-community ships is bf16 and 4-bit, tuned for Metal.
 
 `llm.cpu_dtype` decides, per model at load:
 - `auto` (default): on the CPU backend, bf16/fp16/quantized weights become dense float32 when
-  the float32 copy fits `cpu_upcast_max_bytes`; on Metal they stay as they are (fast there).
+  the float32 copy fits `cpu_upcast_max_bytes`; on a GPU (Metal, or CUDA with MLX's CUDA build)
+  they stay as they are (fast there).
 - `float32`: dense float32 on the CPU backend whatever the size.
 - `keep`: the weights as the checkpoint has them.
 The upcast is exact and dequantisation is MLX's own `mx.dequantize` (mlx-lm's
@@ -60,7 +61,7 @@ def decide(setting: CpuDtype, on_cpu: bool, weights: Weights, max_bytes: int) ->
     if setting == "keep":
         return Decision(False, "llm.cpu_dtype is keep")
     if not on_cpu:
-        return Decision(False, "not the CPU backend: its bf16/fp16/quantized kernels are fast")
+        return Decision(False, "not the CPU backend (a GPU: Metal or CUDA): its bf16/fp16/quantized kernels are fast")
     if setting == "auto" and weights.float32_bytes > max_bytes:
         return Decision(
             False,
@@ -101,9 +102,10 @@ def upcast(model: Any) -> None:
 
 
 def on_cpu_backend() -> bool:
-    import mlx.core as mx
+    """The CPU backend, not "not Metal": MLX's CUDA build computes on a GPU too."""
+    from deployments.accelerator import on_cpu_backend
 
-    return mx.default_device().type == mx.DeviceType.cpu
+    return on_cpu_backend()
 
 
 def _is_quantized(module: Any) -> bool:

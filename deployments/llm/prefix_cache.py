@@ -8,9 +8,12 @@ least-recently-used eviction by count and bytes), the way `mlx_lm.server` does, 
 - the end of a generation (the history plus the answer: what the next turn's prompt starts with).
 
 Behind it, optionally, a disk tier (deployments/llm/disk_cache.py) that every LLM replica of
-the node shares: a kept cache of at least `disk_cache_min_tokens` tokens is also written there
-in the background, and a prompt whose stored prefix on disk is longer than what RAM holds loads
-it instead of prefilling, when the tier's `LoadRule` says loading is faster on this machine.
+the node shares: a cache of at least `disk_cache_min_tokens` tokens is written there in the
+background once it proves it is read again (deployments/llm/admission.py: its second sight, a
+prefix a prompt reuses from RAM or kept a second time, or a RAM entry that was reused when RAM
+evicts it), and a prompt whose stored prefix on disk is longer than what RAM holds loads it
+instead of prefilling, when the tier's `LoadRule` says loading is faster on this machine. RAM
+evictions are seen through `watch_evictions`.
 
 Entries are kept per adapter: a prompt run with a LoRA adapter (deployments/llm/lora.py) has
 other keys and values than the same tokens on the base model, so each adapter (named by its
@@ -29,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from deployments.llm.disk_cache import DiskCache, LoadRule
+from deployments.llm.admission import Admission
+from deployments.llm.disk_cache import DiskCache, LoadRule, entry_name
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +91,11 @@ class PrefixCache:
         self._adapter_disks: dict[str, Optional[DiskCache]] = {}
         self.load_rule = LoadRule()
         self.disk_cached_tokens = 0  # of cached_tokens, those the disk tier gave
+        self._admissions: dict[str, Admission] = {}  # by namespace ("": the base model)
+        # Caches offered to the disk tier, by why (and those kept once, which were not).
+        self.admitted = {"seen_once": 0, "kept_again": 0, "reused": 0, "evicted_after_reuse": 0}
+        if self.disk is not None:
+            watch_evictions(self._lru, lambda model, tokens, cache: self._guarded(self._evicted, model, tokens, cache))
 
     def _key(self, namespace: str) -> str:
         """The RAM tier's key: the model's, and the adapter's namespace ("": the base model)."""
@@ -107,6 +116,8 @@ class PrefixCache:
         if from_disk is not None:
             cache, cached = from_disk
             self.disk_cached_tokens += cached
+        elif cached:  # before the batch takes the cache: what it reused is seen a second time
+            self._guarded(self._reused, tokens, cache, cached, namespace)
         if cached:
             self.hits += 1
             self.cached_tokens += cached
@@ -139,13 +150,62 @@ class PrefixCache:
     def keep(self, tokens: list[int], cache: list[Any], kind: str, namespace: str = "") -> None:
         if not tokens:
             return
+        # Asked before the insert, which may evict this very entry (the hook then forgets it).
+        again = self._guarded(self._kept_again, tokens, namespace)
         self._lru.insert_cache(self._key(namespace), list(tokens), cache, cache_type=kind)
-        self._guarded(self._to_disk, tokens, cache, namespace)
+        if again:
+            self._guarded(self._to_disk, tokens, cache, namespace, "kept_again")
 
-    def _to_disk(self, tokens: list[int], cache: list[Any], namespace: str = "") -> None:
+    # ------------------------------------------------------------------ disk admission
+
+    def _admission(self, namespace: str) -> Admission:
+        """Each namespace's own admission: the same tokens on another adapter are another cache."""
+        return self._admissions.setdefault(namespace, Admission())
+
+    def _long_enough(self, length: int, namespace: str) -> bool:
         disk = self._tier(namespace)
-        if disk is not None and disk.wants(tokens):
-            disk.offer(tokens, snapshot(cache))
+        return disk is not None and length >= disk.min_tokens
+
+    def _kept_again(self, tokens: list[int], namespace: str) -> bool:
+        """Whether a cache being kept is its prefix's second sight here (the first is only
+        remembered)."""
+        if not self._long_enough(len(tokens), namespace):
+            return False
+        again = self._admission(namespace).kept(entry_name(tokens))
+        self.admitted["seen_once"] += not again
+        return again
+
+    def _reused(self, tokens: list[int], cache: list[Any], cached: int, namespace: str) -> None:
+        """A prompt starts from `cached` tokens the RAM tier held: the longest prefix of them
+        where a cache was kept before (a system prompt's end, the previous turn's prompt or
+        answer) is seen a second time and goes to disk now, cut from the cache before the batch
+        extends it."""
+        if not self._long_enough(cached, namespace):
+            return
+        admission = self._admission(namespace)
+        length = admission.seen_prefix(tokens, cached)
+        if length is None or not self._long_enough(length, namespace) or (length < cached and not _can_cut(cache)):
+            return
+        key = entry_name(tokens[:length])
+        if admission.reused(key):
+            self._to_disk(tokens[:length], cache, namespace, "reused", key)
+
+    def _evicted(self, model: str, tokens: list[int], cache: list[Any]) -> None:
+        """The RAM tier dropped a cache: one that prompts reused goes to disk if it is not there."""
+        namespace = model.partition("@")[2] if model != self.model_key else ""
+        if self._long_enough(len(tokens), namespace) and self._admission(namespace).evicted(entry_name(tokens)):
+            self._to_disk(tokens, cache, namespace, "evicted_after_reuse")
+
+    def _to_disk(
+        self, tokens: list[int], cache: list[Any], namespace: str, why: str, key: Optional[str] = None
+    ) -> None:
+        disk = self._tier(namespace)
+        if disk is None or not disk.wants(tokens):
+            return
+        payload = snapshot(cache, len(tokens))
+        if payload is not None and disk.offer(tokens, payload):
+            self._admission(namespace).offered(key or entry_name(tokens))
+            self.admitted[why] += 1
 
     def _guarded(self, step, *args):
         """A disk tier step; one that raises turns the disk tier off (the RAM tier and the
@@ -181,7 +241,7 @@ class PrefixCache:
         tier = self.disk
         if tier is None:
             return {"ram": ram}
-        disk = {**tier.stats(), "cached_tokens": self.disk_cached_tokens}
+        disk = {**tier.stats(), "cached_tokens": self.disk_cached_tokens, "admitted": dict(self.admitted)}
         rule = self.load_rule
         disk["load_ms_per_1k_tokens"] = None if rule.load_s_per_token is None else rule.load_s_per_token * 1e6
         disk["prefill_ms_per_1k_tokens"] = None if rule.prefill_s_per_token is None else rule.prefill_s_per_token * 1e6
@@ -209,20 +269,56 @@ def _runnable(cache: Optional[list[Any]], cached: int, tokens: list[int]) -> tup
     return None, 0
 
 
-def snapshot(cache: list[Any]) -> list[Any]:
-    """A copy of `cache` ready for the disk tier's writer thread: only the filled part of each
-    KV buffer, evaluated here, on the engine thread, so the writer runs no MLX computation
-    (MLX work stays on the thread that owns the model: deployments/engine_thread.py)."""
+def _can_cut(cache: list[Any]) -> bool:
+    from mlx_lm.models.cache import can_trim_prompt_cache
+
+    return can_trim_prompt_cache(cache)
+
+
+def watch_evictions(lru: Any, on_evict: Callable[[Any, list[int], list[Any]], None]) -> None:
+    """Call `on_evict(model, tokens, cache)` (`model`: the entry's key) for each entry mlx-lm's `LRUPromptCache` drops: past its
+    count or bytes (insert_cache), in `trim_to`, or a prefix that a longer trimmable cache now
+    covers (insert_cache's pop_prefixes). Every one of those goes through its trie's `pop` and
+    `pop_prefixes` (mlx-lm 0.31-0.32: `LRUPromptCache._trie`, a `PromptTrie`), wrapped here on
+    that one instance; tests/unit/llm/test_prefix_cache.py fails if a release moves them.
+    `on_evict` runs inside the RAM tier's own bookkeeping: it must not raise."""
+    trie = lru._trie
+    pop, pop_prefixes = trie.pop, trie.pop_prefixes
+
+    def popped(model: Any, tokens: list[int]) -> Any:
+        entry = pop(model, tokens)
+        on_evict(model, list(tokens), entry.prompt_cache)
+        return entry
+
+    def popped_prefixes(model: Any, tokens: list[int]) -> list[tuple[int, Any]]:
+        entries = pop_prefixes(model, tokens)
+        for length, entry in entries:
+            on_evict(model, list(tokens[:length]), entry.prompt_cache)
+        return entries
+
+    trie.pop, trie.pop_prefixes = popped, popped_prefixes
+
+
+def snapshot(cache: list[Any], length: Optional[int] = None) -> Optional[list[Any]]:
+    """A copy of `cache` (of its first `length` tokens, when given) ready for the disk tier's
+    writer thread: only the filled part of each KV buffer, evaluated here, on the engine
+    thread, so the writer runs no MLX computation (MLX work stays on the thread that owns the
+    model: deployments/engine_thread.py). None when a layer's cache cannot be cut to `length`
+    (a rotating or recurrent layer's)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models.cache import KVCache
 
+    held = max((getattr(c, "offset", 0) for c in cache), default=0)
+    if length is not None and length < held and any(type(c) is not KVCache for c in cache):
+        return None
     out = []
     for c in cache:
-        if type(c) is KVCache and c.keys is not None and c.offset < c.keys.shape[2]:
+        offset = c.offset if length is None or type(c) is not KVCache else min(c.offset, length)
+        if type(c) is KVCache and c.keys is not None and offset < c.keys.shape[2]:
             # Contiguous here: the writer's save would otherwise copy a strided view itself.
-            keys, values = (mx.contiguous(a[..., : c.offset, :]) for a in (c.keys, c.values))
-            c = KVCache.from_state((keys, values, c.offset))
+            keys, values = (mx.contiguous(a[..., :offset, :]) for a in (c.keys, c.values))
+            c = KVCache.from_state((keys, values, offset))
         out.append(c)
     mx.eval([a for _, a in tree_flatten([c.state for c in out]) if isinstance(a, mx.array)])
     return out

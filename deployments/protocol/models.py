@@ -36,6 +36,7 @@ class ReplicaView(BaseModel):
     error: Optional[str] = None
     loading: Optional[dict[str, Any]] = None  # {"model", "download": progress} while a load runs
     blas: Optional[dict[str, Any]] = None
+    accelerator: Optional[dict[str, Any]] = None  # what its MLX runs on: backend, device, device_name, build
     warnings: list[str] = []  # what the replica runs without (a fast BLAS, ffmpeg), with the fix
     node: Optional[dict[str, Any]] = None  # {"id", "ip", "labels"}: where Ray placed it (docs/multi-node.md)
     # A sharded LLM replica's ranks, rank 0 (the replica) first: {"rank", "node_id", "ip", "port"}

@@ -127,27 +127,41 @@ def test_a_conversation_stays_on_the_replica_that_caches_it(affinity):
 
 def test_a_turn_on_the_other_replica_starts_from_the_prefix_on_disk(affinity, cache_dir):
     """The replicas share the node's prompt-cache directory (deployments/llm/disk_cache.py): a
-    conversation's next turn that lands on the replica that never saw it (another routing key,
-    as a client without one may get) prefills only what the disk does not hold."""
+    conversation's first turn reaches it when its second turn reuses it on the same replica (its
+    second sight; a turn seen once stays in RAM), and a later turn that lands on the replica that
+    never saw the conversation (another routing key, as a client without one may get)
+    prefills only what the disk does not hold."""
     http, ids, _ = affinity
+    root = cache_dir / PROMPT_CACHE_DIR
     history = [
         {"role": "system", "content": f"Session {uuid.uuid4().hex}. " + "Be brief and exact. " * 60},
         {"role": "user", "content": "Name a river."},
     ]
     first, answer = served_by(ids, lambda: chat(http, history, prompt_cache_key="disk-0"))
     prompt = answer["usage"]["prompt_tokens"]
-    # The history's cache (all of the prompt but its last token), written in the background.
-    wait_for(lambda: list((cache_dir / PROMPT_CACHE_DIR).rglob(f"{prompt - 1:08d}-*.json")), 30)
+    before = set(root.rglob("*.json"))
     history += [
         {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
         {"role": "user", "content": "And another?"},
+    ]
+    second, answer = served_by(ids, lambda: chat(http, history, prompt_cache_key="disk-0"))
+    assert second == first
+    # The first turn's prompt or answer, written in the background (the module's shorter
+    # conversations before this one may still be writing theirs).
+    (entry,) = wait_for(lambda: [e for e in set(root.rglob("*.json")) - before if int(e.name[:8]) >= prompt - 1], 30)
+    stored = int(entry.name[:8])
+    history += [
+        {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "And a third?"},
     ]
     for k in range(1, 24):  # keys until one lands on the other replica
         replica, answer = served_by(ids, lambda k=k: chat(http, history, prompt_cache_key=f"disk-{k}"))
         if replica != first:
             break
     assert replica != first, "every key stayed on one replica"
-    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= prompt - 1, answer["usage"]
+    # At least the first turn, from disk (more when a key before landed on the first replica:
+    # that repeat of the third turn was its second sight, and wrote it).
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= stored, answer["usage"]
 
 
 def test_user_and_session_header_and_prefix_keep_affinity_too(affinity):

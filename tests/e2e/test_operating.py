@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from deployments import blas
+from deployments import accelerator, blas
 from deployments.slots import SLOTS as REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def run(args, env) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_make_status_lists_every_slot_healthy_with_its_blas(server, ray_cluster, dashboard_url):
+def test_make_status_lists_every_slot_healthy_with_its_mlx_backend_and_blas(server, ray_cluster, dashboard_url):
     env = {**second_terminal(ray_cluster, dashboard_url), "PORT": server.rsplit(":", 1)[1]}  # as for make serve
     out = run(["make", "-s", "status", f"VENV={BIN.parent}"], env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -49,11 +49,14 @@ def test_make_status_lists_every_slot_healthy_with_its_blas(server, ray_cluster,
     assert app["status"] == "RUNNING"
     assert {name: app["deployments"][name]["status"] for name in SLOTS} == {name: "HEALTHY" for name in SLOTS}
     assert "CPU" in ray_part and "memory" in ray_part  # `ray status`: what the replicas reserve
-    # graphs/status.py: each slot of the shipped config, ready, with the BLAS it multiplies with.
+    # graphs/status.py: each slot of the shipped config, ready, with what its MLX runs on (the
+    # replicas run on this machine, in this environment: what MLX runs on here) and its BLAS.
     fast = sys.platform.startswith("linux") and bool(blas.candidates())
     slot_lines = {line.split()[0]: line for line in graph_part.splitlines()[1:] if line.startswith("  ")}
     assert graph_part.startswith("ready") and set(slot_lines) == set(REGISTRY), graph_part
     assert all(("BLAS: openblas" if fast else "BLAS: ") in line for line in slot_lines.values()), graph_part
+    here = accelerator.label(accelerator.runtime().as_dict())
+    assert all(f"MLX: {here};" in line for line in slot_lines.values()), graph_part
     if fast:  # CI installs every system package: nothing to warn about
         assert "WARNING" not in graph_part, graph_part
 

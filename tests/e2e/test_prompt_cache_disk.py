@@ -1,9 +1,14 @@
-"""The LLM prompt cache's disk tier on the session graph: a conversation's prefix computed before
-every LLM replica is killed is served from the node's disk after the restart
-(`cached_tokens` equal to that prefix, the same greedy answer); an entry truncated by hand is
-ignored and removed, and its prompt gets the cold answer; `/metrics` shows the tier and
-`POST /v1/models/cache/clear` empties it. The tier's files are read and damaged from this
-process: the graph's cache dir is the session's (tests/e2e/conftest.py, `server`).
+"""The LLM prompt cache's disk tier on the session graph: a conversation's first turn is written
+to the node's disk when its second turn reuses it (its second sight; a turn seen once stays in
+RAM), so after every LLM replica is killed the second turn asked again is served from the disk
+(`cached_tokens` equal to the stored prefix, the same greedy answer); an entry truncated by hand
+is ignored and removed, and its prompt gets the cold answer; `/metrics` shows the tier and `POST
+/v1/models/cache/clear` empties it. The tier's files are read and damaged from this process:
+the graph's cache dir is the session's (tests/e2e/conftest.py, `server`).
+
+Before the disk tier admitted on a second sight, one request was enough to outlive the replica;
+now a prefix a user sends once is never written, so the scenario is a conversation's two turns,
+what a user's chat is.
 
 That a turn landing on the other replica hits the disk is in tests/e2e/test_llm_affinity.py,
 on its two replicas; the tier's logic is tested in process (tests/unit/llm/test_disk_cache.py,
@@ -98,54 +103,49 @@ def serving_again(http: httpx.Client) -> bool:
         return False
 
 
-def test_a_prefix_outlives_its_replica_and_a_truncated_entry_is_ignored(server, http, cache_dir):
-    root = cache_dir / PROMPT_CACHE_DIR
-    kept, damaged = conversation("geography"), conversation("history")
-
-    kept_answer, usage = chat(http, kept)
-    assert usage["prompt_tokens_details"]["cached_tokens"] < START  # cold: see START
-    kept_prefix = usage["prompt_tokens"] - 1  # the history's cache: all of the prompt but its last token
-    kept_start = tokens_of(wait_for(lambda: stored(root, kept_prefix), 30)[0])[:START]  # written in the background
+def two_turns(http: httpx.Client, root: Path, messages: list[dict]) -> tuple[list[dict], str, int, Path]:
+    """A conversation's first turn (nothing written: seen once) and its second (which reuses the
+    first from RAM: written then). Returns the second turn's messages, answer and cached tokens,
+    and the entry written: where a cache of the first turn was kept (its prompt or its answer)."""
     before = entries(root)
+    answer, usage = chat(http, messages)
+    assert usage["prompt_tokens_details"]["cached_tokens"] < START  # cold: see START
+    first_prompt = usage["prompt_tokens"]
+    assert settled(root) and entries(root) == before  # a turn seen once stays in RAM
+    messages = [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": "And of Italy?"}]
+    answer, usage = chat(http, messages)
+    reused = usage["prompt_tokens_details"]["cached_tokens"]
+    assert reused >= first_prompt - 1, usage  # the whole first turn, from RAM
+    (entry,) = wait_for(lambda: entries(root) - before, 30)  # written in the background
+    assert first_prompt - 1 <= int(entry.name[:8]) <= reused
+    return messages, answer, reused, entry
 
-    damaged_answer, usage = chat(http, damaged)
-    assert usage["prompt_tokens_details"]["cached_tokens"] < START
-    damaged_prompt = usage["prompt_tokens"]
-    wait_for(lambda: stored(root, damaged_prompt - 1), 30)
-    # The damaged conversation's entries that its prompt can start from: its system prompt's and
-    # its history's (not the kept conversation's answer, which may land meanwhile).
-    usable = [
-        e for e in entries(root) - before if int(e.name[:8]) < damaged_prompt and tokens_of(e)[:START] != kept_start
-    ]
-    assert len(usable) == 2, usable
-    whole = {}
-    for entry in usable:
-        data = entry.with_suffix(DATA)
-        whole[entry] = data.stat().st_size
-        data.write_bytes(data.read_bytes()[: whole[entry] // 2])
+
+def test_a_conversation_outlives_its_replica_and_a_truncated_entry_is_ignored(server, http, cache_dir):
+    root = cache_dir / PROMPT_CACHE_DIR
+    kept, kept_answer, _, kept_entry = two_turns(http, root, conversation("geography"))
+    damaged, damaged_answer, _, damaged_entry = two_turns(http, root, conversation("history"))
+    assert tokens_of(kept_entry)[:START] != tokens_of(damaged_entry)[:START]  # one conversation each
+    data = damaged_entry.with_suffix(DATA)
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
 
     restart_llm_replicas(http)
 
     answer, usage = chat(http, kept)
-    assert usage["prompt_tokens_details"]["cached_tokens"] == kept_prefix, usage
+    assert usage["prompt_tokens_details"]["cached_tokens"] == int(kept_entry.name[:8]), usage
     assert answer == kept_answer
 
     answer, usage = chat(http, damaged)
     assert usage["prompt_tokens_details"]["cached_tokens"] < START, usage  # nothing from the disk
     assert answer == damaged_answer  # the cold answer, at temperature 0
-
-    # Each truncated entry was removed, then written again, whole, from this cold prefill.
-    def rewritten() -> bool:
-        return all(e.exists() and e.with_suffix(DATA).stat().st_size == size for e, size in whole.items())
-
-    wait_for(rewritten, 30)
+    assert not damaged_entry.exists()  # removed when read
 
     metrics = http.get("/metrics", headers={"accept": "application/json"}).json()
     disk = metrics["llm"]["models"][SMOLLM2_ID]["prompt_cache"]["disk"]
     assert disk["enabled"] and disk["entries"] >= 1
 
-    # The last answer's own entry (its prompt and answer) is written in the background after the
-    # answer: clear once the writer is done, or that write lands after the clear (a CI run did).
+    # A background write may still land after the answer: clear once the writer is done, or
+    # that write lands after the clear (a CI run did).
     wait_for(lambda: settled(root), 30, interval=0)
     cleared = http.post("/v1/models/cache/clear")
     assert cleared.status_code == 200 and cleared.json()["entries"] >= 1

@@ -78,6 +78,7 @@ async def test_status_and_readiness_come_from_the_control_plane(tmp_path):
             "ready": True,
             "model": "whisper-tiny.en",
             "replicas": 1,
+            "mlx": [],
             "blas": [],
             "warnings": [],
         }
@@ -126,30 +127,59 @@ async def test_version_lists_the_engines_of_enabled_slots(tmp_path):
 
 REFERENCE_BLAS = {"library": "reference", "kind": "reference", "reason": "no OpenBLAS or MKL found"}
 OPENBLAS = {"library": "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0", "kind": "openblas", "threads": 1}
+CPU = {
+    "backend": "cpu",
+    "device": "cpu",
+    "device_name": "AMD EPYC",
+    "cuda": False,
+    "metal": False,
+    "build": "mlx-cpu 0.32.4",
+}
+H200 = {
+    **CPU,
+    "backend": "cuda",
+    "device": "gpu",
+    "device_name": "NVIDIA H200",
+    "cuda": True,
+    "build": "mlx-cuda-13 0.32.4",
+}
 SLOW = "MLX's CPU matrix products use the reference BLAS ...: about 30x slower. Fix: `make setup`"
 NO_FFMPEG = "system packages: ffmpeg is missing: ... Install it: `sudo apt-get install ffmpeg`"
 
 
-async def test_each_slots_blas_and_what_its_replicas_lack_show_in_readyz_and_version(tmp_path):
+async def test_each_slots_backend_blas_and_what_its_replicas_lack_show_in_readyz_and_version(tmp_path):
     control = FakeControl(
         DEFAULTS,
-        system={"asr": {"blas": REFERENCE_BLAS, "warnings": [SLOW, NO_FFMPEG]}, "llm": {"blas": OPENBLAS}},
+        system={
+            "asr": {"blas": REFERENCE_BLAS, "accelerator": CPU, "warnings": [SLOW, NO_FFMPEG]},
+            "llm": {"blas": OPENBLAS, "accelerator": H200},
+        },
     )
     async with _client(control, cache_dir=str(tmp_path)) as http:
         ready = (await http.get("/readyz")).json()
         version = (await http.get("/v1/version")).json()
+        status = (await http.get("/v1/models/status")).json()
     assert ready["slots"]["asr"]["blas"] == ["reference"] and ready["slots"]["asr"]["warnings"] == [SLOW, NO_FFMPEG]
     assert ready["slots"]["llm"]["blas"] == ["openblas"] and ready["slots"]["llm"]["warnings"] == []
+    assert ready["slots"]["llm"]["mlx"] == ["cuda (NVIDIA H200)"] and ready["slots"]["asr"]["mlx"] == ["cpu (AMD EPYC)"]
     assert ready["ingress"] == {"warnings": []}  # the in-process ingress checks nothing at start
-    assert version["system"]["asr"] == {"blas": [REFERENCE_BLAS], "warnings": [SLOW, NO_FFMPEG]}
+    assert version["system"]["asr"] == {"blas": [REFERENCE_BLAS], "accelerators": [CPU], "warnings": [SLOW, NO_FFMPEG]}
     assert version["system"]["llm"]["blas"] == [OPENBLAS] and version["system"]["ingress"] == {"warnings": []}
+    assert version["system"]["llm"]["accelerators"] == [H200]
+    assert status["slots"]["llm"]["replicas"][0]["accelerator"] == H200  # per replica
 
 
 def test_replicas_that_agree_are_told_once():
     from deployments.ingress.serving.models import system_summary
 
-    same = {"blas": OPENBLAS, "warnings": [NO_FFMPEG]}
-    assert system_summary([same, dict(same), {"blas": None}]) == {"blas": [OPENBLAS], "warnings": [NO_FFMPEG]}
+    same = {"blas": OPENBLAS, "accelerator": H200, "warnings": [NO_FFMPEG]}
+    mac = {**same, "accelerator": {**H200, "backend": "metal", "device_name": "Apple M3 Max"}}
+    assert system_summary([same, dict(same), {"blas": None}]) == {
+        "blas": [OPENBLAS],
+        "accelerators": [H200],
+        "warnings": [NO_FFMPEG],
+    }
+    assert system_summary([same, mac])["accelerators"] == [H200, mac["accelerator"]]
 
 
 async def test_clearing_the_prompt_cache_asks_an_llm_replica_and_returns_its_answer(http, slots):

@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "deployments.ray_metrics",
             "deployments.resources",
             "deployments.blas",
+            "deployments.accelerator",
             "deployments.system_deps",
             "deployments.ray_internals",
             "deployments.routing",

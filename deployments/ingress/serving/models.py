@@ -10,6 +10,7 @@ import asyncio
 from typing import Any, Optional
 
 from deployments import SERVICE_NAME, __version__
+from deployments.accelerator import label
 from deployments.control.capabilities import registry
 from deployments.control.state import LOADED, RUNNING, UNLOADED
 from deployments.ingress.serving.adapters import take_runtime_adapters
@@ -33,14 +34,19 @@ LIST_TIMEOUT_S = 5.0
 
 
 def system_summary(replicas: list[dict]) -> dict[str, list]:
-    """A slot's BLAS libraries and what its replicas run without (deployments/system_deps.py),
-    each told once: the replicas of a slot on one machine agree."""
+    """A slot's BLAS libraries, what its replicas' MLX runs on (deployments/accelerator.py: the
+    backend, CUDA, Metal or the CPU, and the device) and what they run without
+    (deployments/system_deps.py), each told once: the replicas of a slot on one machine agree,
+    and a cluster of Macs and NVIDIA machines shows each kind."""
     libraries: list[dict] = []
+    accelerators: list[dict] = []
     for replica in replicas:
         if replica.get("blas") and replica["blas"] not in libraries:
             libraries.append(replica["blas"])
+        if replica.get("accelerator") and replica["accelerator"] not in accelerators:
+            accelerators.append(replica["accelerator"])
     warnings = list(dict.fromkeys(line for replica in replicas for line in replica.get("warnings") or []))
-    return {"blas": libraries, "warnings": warnings}
+    return {"blas": libraries, "accelerators": accelerators, "warnings": warnings}
 
 
 def serves(replica: dict, desired: dict) -> bool:
@@ -112,6 +118,7 @@ class ServingModels:
             serving = [r for r in info["replicas"] if serves(r, desired)]
             system = system_summary(info["replicas"])
             checks = {
+                "mlx": sorted({label(a) for a in system["accelerators"]}),
                 "blas": sorted({b.get("kind", b["library"]) for b in system["blas"]}),
                 "warnings": system["warnings"],
             }
