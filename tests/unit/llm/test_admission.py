@@ -137,7 +137,7 @@ def test_every_ram_eviction_is_seen(prompt_cache):
     cache = prompt_cache(entries=2)
     dropped = []
     evicted = cache._evicted
-    cache._evicted = lambda tokens, c: dropped.append(len(tokens)) or evicted(tokens, c)
+    cache._evicted = lambda model, tokens, c: dropped.append(len(tokens)) or evicted(model, tokens, c)
     cache.keep([1] * 20, kv([1] * 20), SYSTEM)
     cache.keep([1] * 25, kv([1] * 25), HISTORY)  # covers the first
     assert dropped == [20]
@@ -146,3 +146,22 @@ def test_every_ram_eviction_is_seen(prompt_cache):
     assert dropped == [20, 25]
     cache.trim_to(0)
     assert sorted(dropped) == [20, 20, 20, 25] and cache.stats()["entries"] == 0
+
+
+def test_an_adapters_prefix_is_admitted_to_its_own_tier_not_on_the_base_models_sight(tmp_path):
+    """The same tokens on the base model and on an adapter are two caches: each one's first
+    sight is only remembered; the adapter's second sight goes to the adapter's tier."""
+    disk = DiskCache(tmp_path / "base", "model", 1 << 30, min_tokens=16, save=save_cache, load=load_cache)
+    tiers = {}
+
+    def adapter_tier(namespace):
+        tiers[namespace] = DiskCache(tmp_path / namespace, "model", 1 << 30, 16, save=save_cache, load=load_cache)
+        return tiers[namespace]
+
+    cache = PrefixCache("model", 4, 1 << 30, disk, disk_for=adapter_tier)
+    cache.keep(SYSTEM_TOKENS, kv(SYSTEM_TOKENS), SYSTEM)
+    cache.keep(SYSTEM_TOKENS, kv(SYSTEM_TOKENS), SYSTEM, namespace="apricot")
+    assert stored(cache) == [] and cache.admitted["seen_once"] == 2
+    cache.keep(SYSTEM_TOKENS, kv(SYSTEM_TOKENS), SYSTEM, namespace="apricot")
+    tiers["apricot"].flush()
+    assert stored(cache) == [] and len(list(tiers["apricot"].directory.glob("*.json"))) == 1
