@@ -34,7 +34,7 @@ from bench.cluster import BenchCluster, wait_ready
 from bench.llm import Timing, stream_chat
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
 from bench.prefix import VOCABULARY, body, system_prompt
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 SYSTEMS = {
@@ -240,7 +240,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     axes[1].set_title("turns 2+: share of prompt tokens cached")
     axes[1].tick_params(axis="x", labelrotation=20)
     axes[1].legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)

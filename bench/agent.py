@@ -18,7 +18,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import percentile, ratio
 
 PROMPTS = (
@@ -165,7 +165,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.8))
     percentile_bars(ax, result["results"], "ttfa_p50_ms", "ttfa_p95_ms", "time to first audio (ms)")
     fig.suptitle(f"Voice agent, {result['llm_model']} -> {result['tts_model']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

@@ -18,7 +18,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 MODES = ("off", "interactive", "conversational", "offline")
@@ -156,7 +156,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     a.set_title(f"throughput (× real time), {result['clients']} clients")
     percentile_bars(b, result["results"], "latency_p50_ms", "latency_p95_ms", "request latency (ms)")
     fig.suptitle(f"ASR batching modes, {result['model']} (medians of {result['rounds']} rounds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

@@ -35,7 +35,7 @@ import httpx
 
 from bench.asr import UTTERANCES, one_round, utterance_wavs
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import median_over_repeats, ratio
 
 SYSTEMS = ("graph", "graph_stock", "faster_whisper")
@@ -266,7 +266,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     top = {s: result["results"][s][str(levels[-1])] for s in systems}
     percentile_bars(b, top, "latency_p50_ms", "latency_p95_ms", f"latency at {levels[-1]} clients (ms)")
     fig.suptitle(f"ASR vs faster-whisper, {result['model']}, one thread each")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

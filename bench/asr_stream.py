@@ -28,7 +28,7 @@ import numpy as np
 
 from bench.cluster import BenchCluster, wait_ready
 from bench.peers import mlx_audio_server
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import percentile
 
 SESSIONS = (1, 4, 8)
@@ -226,7 +226,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     b.set_xlabel("live sessions")
     b.legend()
     fig.suptitle(f"Streaming ASR sessions, {result['model']}, {result['chunk_s']} s chunks")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

@@ -22,7 +22,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import pyplot, table
+from bench.report import pyplot, saved, table
 from bench.shipped import running, shipped_app
 from bench.stats import percentile, ratio
 from deployments.tts.tiny_model import TINY_TTS_ID
@@ -213,7 +213,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         ax.set_ylabel(label)
         ax.legend()
     fig.suptitle(f"sustained TTS burst, {result['clients']} clients, shipped config ({result['model']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

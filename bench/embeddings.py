@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import pyplot, table
+from bench.report import pyplot, saved, table
 from bench.stats import median_over_repeats, ratio
 
 SENTENCES = (
@@ -158,7 +158,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_xscale("log", base=2)
     ax.legend()
     ax.set_title(f"Embeddings throughput, {result['model']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

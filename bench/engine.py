@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from bench.report import run_alone, table
+from bench.report import run_alone, saved, table
 from bench.stats import median, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -366,20 +366,22 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_ylabel("tokens/s")
     ax.set_title("The engine's own cost: tiny model, in process")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)
+
+
+def arguments(module: str, doc: str, repeats: int) -> argparse.ArgumentParser:
+    """The options of the engine scenario and of its GPU peer (bench/transformers_peer.py)."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
+    p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64])
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=repeats)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
+    return p
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__)
-    p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64])
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
-    opts = p.parse_args(argv)
+    opts = arguments("bench.engine", __doc__, repeats=5).parse_args(argv)
 
     def run_it(progress, work):
         return measure(opts.cache_dir, opts.streams, opts.tokens, opts.repeats, progress, opts.out / "profiles")

@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
-from bench.report import pyplot, table
+from bench.report import pyplot, saved, table
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_SEED = 40  # the number: any fixed seed gives a fixed sample
@@ -393,10 +393,7 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_ylabel("share of the category's schemas")
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)
 
 
 async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:

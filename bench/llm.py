@@ -35,7 +35,7 @@ import httpx
 from bench.cluster import BenchCluster, wait_ready
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model, ensure_form, parameter_count
 from bench.peers import mlx_lm_server
-from bench.report import pyplot, table
+from bench.report import pyplot, saved, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 SYSTEMS = ("graph", "mlx_lm_server", "in_process", "graph_no_batching", "graph_per_core", "mlx_lm_server_all_cores")
@@ -430,7 +430,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     fig.suptitle(
         f"LLM serving, {name}, {result['tokens_per_request']} tokens per request (medians of {result['repeats']})"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

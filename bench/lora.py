@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from bench.report import run_alone, table
+from bench.report import run_alone, saved, table
 from bench.stats import median, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,10 +206,7 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         ax.set_xticks(range(len(systems)), [s.replace("_", " ") for s in systems], fontsize=8)
         ax.set_title(f"SmolLM2-135M, {n} streams, 4 LoRA adapters vs the base")
     ax.set_ylabel("tokens/s")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ import httpx
 
 from bench.cluster import BenchCluster, rss_bytes, wait_ready
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
-from bench.report import pyplot, table
+from bench.report import pyplot, saved, table
 
 STAGES = ("loaded_at_start", "unloaded", "loaded_again", "unloaded_again")
 DEPLOYMENT = {"llm": "LLM", "asr": "ASR", "tts": "TTS"}
@@ -121,7 +121,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         ax.set_ylabel("MiB")
         ax.set_title(f"{slot} replica ({info['model']})", fontsize=9)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

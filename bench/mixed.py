@@ -31,7 +31,7 @@ from bench.asr import utterance_wavs
 from bench.cluster import BenchCluster, wait_ready
 from bench.llm import Timing, bench_model, chat_body, prompt_text, stream_chat
 from bench.peers import mlx_audio_server, mlx_lm_server
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.shipped import shipped_app
 from bench.stats import percentile, ratio
 
@@ -289,7 +289,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     percentile_bars(axes[0], bars, "ttft_p50_ms", "ttft_p95_ms", "chat time to first token (ms)")
     percentile_bars(axes[1], bars, "itl_p50_ms", "itl_p95_ms", "chat inter-token latency (ms)")
     fig.suptitle(f"chat at {result['chat_streams']} streams, alone and beside ASR, TTS and image work")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

@@ -24,7 +24,7 @@ from bench.cluster import BenchCluster, wait_ready
 from bench.llm import stream_chat
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
 from bench.peers import mlx_lm_server
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 SYSTEMS = {
@@ -166,7 +166,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, phase in zip(axes, PHASES):
         percentile_bars(ax, result["results"], f"{phase}_ttft_p50_ms", f"{phase}_ttft_p95_ms", f"{phase}: TTFT ms")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)

@@ -162,3 +162,11 @@ def percentile_bars(ax, results: dict, p50_key: str, p95_key: str, title: str) -
     ax.set_xticks(list(x), names)
     ax.set_title(title)
     ax.legend()
+
+
+def saved(plt, fig, path: Path, dpi: Optional[int] = None) -> Path:
+    """`fig` laid out, written to `path` and closed (every scenario's plot ends so)."""
+    fig.tight_layout()
+    fig.savefig(path, **({"dpi": dpi} if dpi else {}))
+    plt.close(fig)
+    return path

@@ -28,7 +28,7 @@ from bench.llm import stream_chat
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
 from bench.peers import mlx_lm_server
 from bench.prefix import body, system_prompt
-from bench.report import pyplot, table
+from bench.report import pyplot, saved, table
 from bench.stats import median_over_repeats, ratio
 from deployments.llm.disk_cache import PROMPT_CACHE_DIR
 
@@ -208,7 +208,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_xticks(list(x), names)
     ax.set_title("TTFT ms on a shared prefix")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)

@@ -24,7 +24,7 @@ import httpx
 from bench.cluster import free_port, wait_ready
 from bench.llm import measure, stream_chat
 from bench.model import ensure_bench_model
-from bench.report import table
+from bench.report import saved, table
 from bench.stats import ratio
 from deployments import blas
 from deployments.llm import tiny_model
@@ -167,7 +167,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_ylabel("tokens/s")
     ax.set_title(f"Tensor parallel over {result['ranks']} ranks, ring on loopback, one machine")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)

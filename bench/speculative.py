@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from bench.report import run_alone, table
+from bench.report import run_alone, saved, table
 from bench.stats import median, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,10 +262,7 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_ylabel("tokens/s")
     ax.set_title("Speculative decoding, SmolLM2-135M, greedy")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)
 
 
 def main(argv=None) -> int:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench.model import BENCH_CONFIG, SMOKE_CONFIG, ensure_bench_model
-from bench.report import pyplot, run_alone, table
+from bench.report import pyplot, run_alone, saved, table
 from bench.stats import ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -609,10 +609,7 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_ylabel("tokens/s")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path)
 
 
 def main(argv=None) -> int:

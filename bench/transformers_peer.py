@@ -13,7 +13,6 @@ development machine runs it.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -105,13 +104,9 @@ def render(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.transformers_peer", description=__doc__)
-    p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64])
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    p.add_argument("--cache-dir", type=Path, default=Path("~/.cache/ominix-serve").expanduser())
-    opts = p.parse_args(argv)
+    from bench.engine import arguments
+
+    opts = arguments("bench.transformers_peer", __doc__, repeats=3).parse_args(argv)
     from bench.report import run_standalone, save_standalone
 
     result = run_standalone(

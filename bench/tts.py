@@ -17,7 +17,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import median_over_repeats, percentile, ratio
 
 TEXT = (
@@ -164,7 +164,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     a.legend()
     percentile_bars(b, result["results"], "ttfa_p50_ms", "ttfa_p95_ms", "time to first audio (ms)")
     fig.suptitle(f"TTS burst, {result['model']} (medians of {result['bursts']} bursts)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)

@@ -19,7 +19,7 @@ from typing import Optional
 import httpx
 
 from bench.cluster import BenchCluster, wait_ready
-from bench.report import percentile_bars, pyplot, table
+from bench.report import percentile_bars, pyplot, saved, table
 from bench.stats import percentile, ratio
 from bench.tts import speak
 
@@ -125,7 +125,4 @@ def plot(result: dict, path: Path) -> Optional[Path]:
     series = {f"{system} x{n}": m for system in SYSTEMS for n, m in result["results"][system].items() if m is not None}
     percentile_bars(ax, series, "ttfa_p50_ms", "ttfa_max_ms", "time to first audio (ms): p50 and max")
     fig.suptitle(f"Kokoro-82M: this graph vs mlx_audio.server ({result['model_dir']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return saved(plt, fig, path, dpi=90)
