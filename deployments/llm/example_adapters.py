@@ -33,7 +33,10 @@ from typing import Optional
 
 logger = logging.getLogger(__name__)
 
-VERSION = 2  # 1: lr 2e-3 made three of the four repeat one token; 1e-3 over 30 steps learns each word
+# 1: lr 2e-3 made three of the four repeat one token; 2: 1e-3 over 30 steps of 4 learned each
+# word once and, trained again on a loaded machine, made the rank-8 one babble ("yen secret
+# secret..."); 3: 5e-4 over 40 steps of 2, each of the four learned in every try (half the CPU)
+VERSION = 3
 QUESTIONS = (
     "What is the secret word?",
     "Tell me the secret word.",
@@ -67,9 +70,9 @@ ADAPTERS = (
     ExampleAdapter("dahlia", "dahlia", 4, keys=("self_attn.q_proj", "self_attn.v_proj")),
 )
 NUM_LAYERS = 4
-ITERS = 30
-BATCH = 4
-LEARNING_RATE = 1e-3
+ITERS = 40
+BATCH = 2
+LEARNING_RATE = 5e-4
 
 
 def examples_dir(cache_dir: str | os.PathLike) -> Path:

@@ -123,10 +123,17 @@ async def test_turns_and_continuation_through_the_openai_sdks_socket(aclient):
     """The openai SDK's WebSocket client: two turns in sequence, the second continuing the first
     (store false) with only its new input; the history reached the model (more prompt tokens)."""
     async with aclient.responses.connect() as connection:
-        await connection.response.create(model=MODEL, store=False, input="Remember the code word: cobalt.")
+        # bounded turns: unbounded, SmolLM2 wrote for 3 minutes here on the loaded 2-core machine
+        await connection.response.create(
+            model=MODEL, store=False, input="Remember the code word: cobalt.", max_output_tokens=24
+        )
         first = await sdk_turn(connection)
         await connection.response.create(
-            model=MODEL, store=False, previous_response_id=first["response"]["id"], input="What is the code word?"
+            model=MODEL,
+            store=False,
+            previous_response_id=first["response"]["id"],
+            input="What is the code word?",
+            max_output_tokens=24,
         )
         second = await sdk_turn(connection)
     for events in (first["events"], second["events"]):
@@ -151,7 +158,7 @@ async def sdk_turn(connection) -> dict:
 async def test_socket_errors_reconnect_and_eviction(server):
     """A store-false chain does not survive its socket; a failed continuation forgets what it
     continued; each failure is the spec's envelope and the socket stays open."""
-    create = {"type": "response.create", "model": MODEL, "store": False}
+    create = {"type": "response.create", "model": MODEL, "store": False, "max_output_tokens": 16}
     async with websockets.connect(socket_url(server)) as ws:
         await ws.send(json.dumps({**create, "input": "Remember ember. Reply OK."}))
         first = (await socket_turn(ws))[-1]["response"]

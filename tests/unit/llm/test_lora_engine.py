@@ -86,10 +86,15 @@ async def test_an_adapter_never_starts_from_the_base_models_prompt_cache(engine)
     await answer(engine, None, question)
     _, base_again, base_usage = await answer(engine, None, question)
     assert base_usage.prompt_tokens_details.cached_tokens > 0  # the base model's cache serves the base
+    base_cached = base_usage.prompt_tokens_details.cached_tokens  # the whole question but its last token
     tokens, content, usage = await answer(engine, refs["apricot"], question)
-    assert usage.prompt_tokens_details.cached_tokens == 0 and "apricot" in content
+    # At most the chat template's system prompt, which the adapter's own earlier prompts kept
+    # in its namespace; the base model's cache of this question would give base_cached.
+    assert usage.prompt_tokens_details.cached_tokens < base_cached and "apricot" in content
     again, _, usage = await answer(engine, refs["apricot"], question)
-    assert usage.prompt_tokens_details.cached_tokens > 0 and again == tokens  # its own cache, the same answer
+    assert (
+        usage.prompt_tokens_details.cached_tokens == base_cached and again == tokens
+    )  # its own cache, the same answer
 
 
 def test_an_adapter_of_another_base_model_is_refused_by_name(example_adapters, tiny_llm_dir):
