@@ -35,6 +35,14 @@ class SpeculativeConfig(BaseModel):
     num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens drafted per step, at most")
     prompt_lookup_min: int = Field(2, ge=1, description="ngram: the shortest suffix matched")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: the longest suffix matched (tried first)")
+    disable_by_batch_size: Optional[int] = Field(
+        None,
+        ge=2,
+        description="Drafting pauses while the running batch holds this many sequences or more (vLLM's name): "
+        "a large batch's step is compute-bound, where each drafted position costs what a token costs "
+        "(on this project's CPU bench, ngram drafts doubled one stream's edits and slowed 16 streams; "
+        "docs/performance.md). None: always draft",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeConfig:
@@ -54,6 +62,7 @@ class SpeculativeConfig(BaseModel):
             self.prompt_lookup_min,
             self.prompt_lookup_max,
             str(draft_dir) if draft_dir else None,
+            self.disable_by_batch_size,
         )
 
 

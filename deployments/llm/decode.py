@@ -100,6 +100,8 @@ class Decode:
         self.cache: list[Any] = []
         self.drafter = drafter  # speculative decoding's draft stage (deployments/llm/drafts.py), or None
         self.counts = {"drafted": 0, "accepted": 0}  # drafted tokens run, and of those kept
+        # Drafting paused (a batch at the drafter's max_batch): its state is rebuilt on resuming.
+        self._paused = False
         self._pending: Optional[_Picks] = None
         self._masks = masks or MaskStage()
         self._mask_width = mask_width
@@ -120,7 +122,7 @@ class Decode:
         logits = self._forward(rows, inputs, cache)
         for row, token in zip(rows, last_tokens):
             row.tokens.append(token)
-        if self.drafter is not None:
+        if self.drafter is not None and not self._paused:
             self.drafter.join(rows)
         first = self._select(rows, logits, [None] * len(rows))
         mx.async_eval(first.tokens, *first.logprobs.values())
@@ -132,7 +134,7 @@ class Decode:
         import mlx.core as mx
 
         self.rows = [self.rows[i] for i in keep]
-        if self.drafter is not None:
+        if self.drafter is not None and not self._paused:
             self.drafter.filter(keep)
         if not keep:
             self.cache, self._pending = [], None
@@ -160,7 +162,8 @@ class Decode:
 
         if not self.rows:
             return []
-        ahead = self.drafter is None and (self._pending is None or self._pending.accepted is None)
+        drafting = self._drafting()
+        ahead = not drafting and (self._pending is None or self._pending.accepted is None)
         events: list[TokenEvent] = []
         finished: set[int] = set()
         if not ahead:  # the drafts continue from the newest tokens: settle them first
@@ -168,7 +171,7 @@ class Decode:
             self._drop(finished)
             if not self.rows:
                 return events
-        inputs, newest = self._feed(ahead)
+        inputs, newest = self._feed(ahead, drafting)
         logits = self._forward(self.rows, inputs, self.cache)
         mx.async_eval(logits)
         if ahead:  # while the forward runs; the newest tokens it takes are now in its cache
@@ -187,7 +190,21 @@ class Decode:
             self.adapters.bind(rows)
         return self.model(inputs, cache=cache)
 
-    def _feed(self, ahead: bool):
+    def _drafting(self) -> bool:
+        """Whether this step drafts: with a drafter, while the batch is under its `max_batch`.
+        Past it a step is compute-bound (a CPU's, a GPU's with a large batch) and each drafted
+        position costs what a token costs, so drafts slow the batch down (vLLM's
+        disable_by_batch_size). Paused, the step runs one ahead again; resuming, the drafter's
+        state is rebuilt from the rows' tokens (an n-gram index; a draft model's prefill)."""
+        drafter = self.drafter
+        drafting = drafter is not None and (drafter.max_batch is None or len(self.rows) < drafter.max_batch)
+        if drafting and self._paused:
+            drafter.reset()
+            drafter.join(self.rows)
+        self._paused = drafter is not None and not drafting
+        return drafting
+
+    def _feed(self, ahead: bool, drafting: bool):
         """[B, positions] inputs: each row's newest token, then its draft (padded)."""
         import mlx.core as mx
 
@@ -197,7 +214,7 @@ class Decode:
         for row, token in zip(self.rows, newest):
             if row.mask is not None:
                 row.mask.advance(token)  # the grammar's state the draft is checked from
-        drafts = self._draft(newest)
+        drafts = self._draft(newest) if drafting else [[] for _ in self.rows]
         width = max(len(d) for d in drafts)
         for row, token, draft in zip(self.rows, newest, drafts):
             row.tokens += [token, *draft]
@@ -210,8 +227,6 @@ class Decode:
     def _draft(self, newest: list[int]) -> list[list[int]]:
         """Each row's guess of the tokens after its newest: never past its max_tokens, and cut
         where its grammar would refuse a token."""
-        if self.drafter is None:
-            return [[] for _ in self.rows]
         limits = [row.max_tokens - row.generated - 1 for row in self.rows]
         drafts = self.drafter.propose(self.rows, newest, limits)
         out = []
@@ -232,7 +247,7 @@ class Decode:
         accepted = pending.accepted.tolist() if pending.accepted is not None else [0] * len(self.rows)
         if not fed:
             self._drop_rejected(accepted, pending.positions)
-        if self.drafter is not None and not fed:
+        if self.drafter is not None and not fed and not self._paused:
             self.drafter.settle(self.rows, [row.drafts[:kept] for row, kept in zip(self.rows, accepted)])
         events, finished = [], set()
         for i, (row, token, kept) in enumerate(zip(self.rows, newest, accepted)):

@@ -16,19 +16,24 @@ exact for sampled rows too. MLX is imported where it is used; no Ray.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from deployments.llm.prefill import run_chunks
 from deployments.llm.speculation import drop_last
 
 
 class DraftModelDrafter:
-    def __init__(self, model: Any, k: int, prefill_step: int = 512):
+    def __init__(self, model: Any, k: int, prefill_step: int = 512, max_batch: Optional[int] = None):
         self.model = model
         self.k = k
         self.prefill_step = prefill_step
+        self.max_batch = max_batch  # drafting pauses while the batch holds this many rows or more
         self.cache: list[Any] = []
         self._guessed: list[int] = []  # per row: the guesses the last propose fed it (0: joined since)
+
+    def reset(self) -> None:
+        """Forget every row (drafting resumes with a join of the batch's rows: their prefill)."""
+        self.cache, self._guessed = [], []
 
     def join(self, rows: list[Any]) -> None:
         """Rows whose token lists hold their prompt: all but its last token into fresh caches,

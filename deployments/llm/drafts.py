@@ -32,6 +32,7 @@ class SpeculativeSettings:
     prompt_lookup_min: int = 2  # ngram: the shortest suffix worth matching
     prompt_lookup_max: int = 4  # ngram: the longest suffix tried first
     draft_model: Optional[str] = None  # draft: the draft model's directory
+    max_batch: Optional[int] = None  # drafting pauses while the batch holds this many rows or more
 
 
 class NgramIndex:
@@ -72,7 +73,12 @@ class NgramDrafter:
 
     def __init__(self, settings: SpeculativeSettings):
         self.settings = settings
+        self.max_batch = settings.max_batch
         self.indexes: list[NgramIndex] = []  # aligned with the decode batch's rows
+
+    def reset(self) -> None:
+        """Forget every row (drafting resumes with a join of the batch's rows)."""
+        self.indexes = []
 
     def join(self, rows: list[Any]) -> None:
         """Rows whose token lists hold their prompt."""

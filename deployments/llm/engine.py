@@ -514,7 +514,10 @@ class LLMEngine(EngineThread[_Request]):
             from deployments.llm.draft_model import DraftModelDrafter
 
             return DraftModelDrafter(
-                self._draft, settings.num_speculative_tokens, prefill_step(self.config.prefill_step_size)
+                self._draft,
+                settings.num_speculative_tokens,
+                prefill_step(self.config.prefill_step_size),
+                settings.max_batch,
             )
         from deployments.llm.drafts import NgramDrafter
 

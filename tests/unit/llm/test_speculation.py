@@ -108,6 +108,39 @@ def test_greedy_output_and_logprobs_equal_decoding_without_drafts(smollm2):
     assert counts["accepted"] > 0 and batch.totals.generation_steps < 24, (counts, batch.totals)
 
 
+def lengths_apart(model, prompts, drafter, lengths):
+    """Each prompt its own max_tokens, so that the batch shrinks as rows end."""
+    batch = Batch(model, capacity=8, prefill_batch=4, drafter=drafter)
+    uids = [batch.insert(Sequence([p], n, RowSampler())) for p, n in zip(prompts, lengths)]
+    tokens = {u: [] for u in uids}
+    while not all(tokens[u] and len(tokens[u]) == n for u, n in zip(uids, lengths)):
+        for e in batch.next()[1]:
+            tokens[e.uid].append(e.token)
+    return [tokens[u] for u in uids], batch
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_drafting_pauses_while_the_batch_is_large_and_resumes_as_it_shrinks(smollm2, method):
+    """max_batch 3: four rows decode one step ahead without drafts; as rows end, the two left
+    draft again from a drafter rebuilt from their tokens. The answers are the plain ones."""
+    model, tokenizer = smollm2
+    prompts = [copy_task(tokenizer, s) for s in SENTENCES] * 2
+    lengths = [6, 10, 28, 28]
+    plain, _ = lengths_apart(model, prompts, None, lengths)
+    if method == "ngram":
+        drafter = NgramDrafter(SpeculativeSettings(num_speculative_tokens=4, prompt_lookup_max=3, max_batch=3))
+    else:
+        drafter = DraftModelDrafter(model, 3, max_batch=3)
+    sizes = []  # the batch's size at each step that drafted
+    propose = drafter.propose
+    drafter.propose = lambda rows, newest, limits: sizes.append(len(rows)) or propose(rows, newest, limits)
+    drafted, batch = lengths_apart(model, prompts, drafter, lengths)
+    assert drafted == plain
+    assert sizes and max(sizes) < 3
+    # drafts ran only for the two long rows, after the short ones ended
+    assert batch.decode.counts["accepted"] > 0 and batch.totals.generation_steps < 28
+
+
 def test_a_draft_model_drafts_in_the_batch_and_changes_no_answer(smollm2, tiny_llm_dir):
     """The served model as its own draft (every greedy guess right) and a random tiny model
     (nearly every guess wrong), rows joining the batch at different steps: the answers are the
