@@ -9,7 +9,8 @@ answer, drafts or not):
   renamed: what agents and coding tools spend their output on, and where prompt lookup pays;
 - chat: short questions with nothing to copy: what drafting must not slow down.
 
-Systems: the engine in process (deployments/llm/engine.py: prompt lookup off / on; a draft
+Systems: the engine in process (deployments/llm/engine.py: prompt lookup off / on / on with
+drafting paused while 4 or more sequences decode (`disable_by_batch_size`); a draft
 model, here SmolLM2 itself, as the only other model with its tokenizer on this machine: every
 guess right, every guess as costly as the served model's own step, so it shows the mechanism's
 cost, not a gain), and mlx_lm.server over HTTP (plain / `--draft-model` SmolLM2, which turns
@@ -32,7 +33,8 @@ from bench.stats import median, ratio
 ROOT = Path(__file__).resolve().parents[1]
 NEEDS_CLUSTER = False
 WORKLOADS = ("edit", "chat")
-ENGINE_SYSTEMS = ("engine", "engine_ngram", "engine_draft")
+ENGINE_SYSTEMS = ("engine", "engine_ngram", "engine_ngram_paused", "engine_draft")
+PAUSED_AT = 4  # engine_ngram_paused: drafting pauses while 4 or more sequences decode
 PEER_SYSTEMS = ("mlx_lm_server", "mlx_lm_server_draft")
 
 # Our own file (never a fetched one): ~400 tokens of ordinary Python.
@@ -135,6 +137,9 @@ async def measure_engines(model_dir: Path, streams: list[int], tokens: dict, rep
     configs = {
         "engine": LLMSlotConfig(),
         "engine_ngram": LLMSlotConfig(speculative=SpeculativeConfig(method="ngram")),
+        "engine_ngram_paused": LLMSlotConfig(
+            speculative=SpeculativeConfig(method="ngram", disable_by_batch_size=PAUSED_AT)
+        ),
         "engine_draft": LLMSlotConfig(
             speculative=SpeculativeConfig(method="draft", draft_model=str(model_dir), num_speculative_tokens=3)
         ),
@@ -203,6 +208,8 @@ async def measure(cache_dir: Path, streams: list[int], tokens: dict, repeats: in
         for level in by_streams.values():
             base = level["engine"]["tokens_per_s"]
             level["ngram_speedup"] = ratio(level["engine_ngram"]["tokens_per_s"], base)
+            if "engine_ngram_paused" in level:
+                level["paused_speedup"] = ratio(level["engine_ngram_paused"]["tokens_per_s"], base)
             level["draft_speedup"] = ratio(level["engine_draft"]["tokens_per_s"], base)
             if "mlx_lm_server" in level:
                 level["peer_draft_speedup"] = ratio(
@@ -228,6 +235,7 @@ def render(result: dict) -> str:
                     continue
                 speedup = {
                     "engine_ngram": level.get("ngram_speedup"),
+                    "engine_ngram_paused": level.get("paused_speedup"),
                     "engine_draft": level.get("draft_speedup"),
                     "mlx_lm_server_draft": level.get("peer_draft_speedup"),
                 }.get(system)
@@ -249,10 +257,10 @@ def plot(result: dict, path: Path) -> Optional[Path]:
             for s in systems:
                 values[s].append((level.get(s) or {}).get("tokens_per_s") or 0)
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    width = 0.16
+    width = 0.8 / len(systems)
     for k, s in enumerate(systems):
         ax.bar(
-            [i + (k - 2) * width for i in range(len(labels))],
+            [i + (k - (len(systems) - 1) / 2) * width for i in range(len(labels))],
             values[s],
             width,
             label=s,
