@@ -54,7 +54,9 @@ class LaunchedServer:
         launch = Path(sys.executable).parent / "mlx.launch"
         command = [str(launch), "-n", str(ranks), "--backend", "ring", "--python", sys.executable]
         command += [str(ROOT / "bench" / "mlx_lm_launch.py"), "--model", str(model_dir), "--temp", "0"]
-        command += ["--max-tokens", str(tokens), "--host", "127.0.0.1", "--port", str(self.port)]
+        # No --host: mlx.launch's own options take it as an ambiguous prefix of --hosts;
+        # mlx_lm.server listens on 127.0.0.1 by default.
+        command += ["--max-tokens", str(tokens), "--port", str(self.port)]
         self.log = open(log, "wb")
         env = blas.subprocess_env(blas.select())
         self.proc = subprocess.Popen(

@@ -63,7 +63,9 @@ async def test_greedy_output_is_deterministic_and_a_stop_string_ends_it(engine):
 
 async def test_leaving_the_stream_aborts_the_generation(engine):
     before = engine.stats["aborted"]
-    stream = engine.generate(user({"type": "image"}), [png(56, 56)], SamplingParams(max_tokens=200))
+    # Long enough that the abort lands mid-generation on a loaded machine too (200 tokens of the
+    # tiny model once finished before it did, under make test-fast's parallel load).
+    stream = engine.generate(user({"type": "image"}), [png(56, 56)], SamplingParams(max_tokens=2000))
     async for _ in stream:
         break
     await stream.aclose()
