@@ -104,7 +104,7 @@ async def run_engine(engine, streams: int, tokens: int, tag: str, body=None) -> 
     counts = await asyncio.gather(*(one(*p) for p in prepared))
     wall = time.perf_counter() - t0
     steps = engine.batch_totals().generation_steps - steps_before
-    out = _result(sum(counts), wall, thread_cpu(tid) - before, steps)
+    out = per_step(sum(counts), steps, wall, thread_cpu(tid) - before)
     if engine.stats["constrained_tokens"] > masks_before["constrained_tokens"]:
         masked = engine.stats["constrained_tokens"] - masks_before["constrained_tokens"]
         out["mask_cpu_ms_per_step"] = (
@@ -142,10 +142,11 @@ def _drive(step, streams: int, finished) -> dict:
             steps += 1
         generated += len(responses)
         done += len(finished(responses))
-    return _result(generated, time.perf_counter() - t0, time.thread_time() - cpu0, steps)
+    return per_step(generated, steps, time.perf_counter() - t0, time.thread_time() - cpu0)
 
 
-def _result(generated: int, wall: float, cpu: float, steps: int) -> dict:
+def per_step(generated: int, steps: int, wall: float, cpu: float) -> dict:
+    """A run's tokens, tok/s and host and wall time per decode step (bench/transformers_peer.py's too)."""
     return {
         "tokens": generated,
         "tokens_per_s": generated / wall,

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.engine import arguments, per_step
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -27,16 +29,6 @@ def left_padded(prompts: list[list[int]], pad: int) -> tuple[list[list[int]], li
     ids = [[pad] * (width - len(p)) + list(p) for p in prompts]
     mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
     return ids, mask
-
-
-def per_step(generated: int, steps: int, wall: float, cpu: float) -> dict:
-    return {
-        "tokens": generated,
-        "tokens_per_s": generated / wall,
-        "steps": steps,
-        "host_ms_per_step": cpu / max(steps, 1) * 1e3,
-        "wall_ms_per_step": wall / max(steps, 1) * 1e3,
-    }
 
 
 def run_generate(model, tokenizer, streams: int, tokens: int, tag: str, device: str) -> dict:
@@ -104,8 +96,6 @@ def render(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from bench.engine import arguments
-
     opts = arguments("bench.transformers_peer", __doc__, repeats=3).parse_args(argv)
     from bench.report import run_standalone, save_standalone
 
