@@ -44,7 +44,7 @@ from deployments.llm.batch import Sequence
 from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask, parse_json_calls
 from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.drafts import SpeculativeSettings
-from deployments.llm.gang import Membership, RoundChannel, join_group, load_sharded
+from deployments.llm.gang import Doorbell, Membership, RoundChannel, join_group, load_sharded
 from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.lora import AdapterChange, AdapterRef, AdapterStage, linear_layers
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
@@ -343,6 +343,8 @@ class LLMEngine(EngineThread[_Request]):
         if self.prefix_cache is not None:
             self.prefix_cache.close()  # what the writer holds is written before the arrays go
         self.prefix_cache = None
+        if self._channel is not None and self._channel.doorbell is not None:
+            self._channel.doorbell.close()
         super()._release()
 
     def _load(self) -> None:
@@ -351,9 +353,10 @@ class LLMEngine(EngineThread[_Request]):
         t0 = time.perf_counter()
         gang = self.config.gang
         if gang is not None:
+            doorbell = Doorbell(gang).open() if gang.doorbell else None  # rank 0 listens before the group forms
             group = join_group(gang)
             self._model, self.tokenizer, model_config = load_sharded(self.model_dir, group, gang.spec, self.model_id)
-            self._channel = RoundChannel(group)
+            self._channel = RoundChannel(group, doorbell.connect() if doorbell else None)
         else:
             self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()

@@ -13,6 +13,11 @@ scheme under `mlx.launch` (it shares each request with pickle over an all-sum), 
 shared instead of a shared random seed: a grammar mask or a seeded sampler then needs to be
 right on rank 0 only.
 
+Before each shared round rank 0 rings a `Doorbell` (one byte over a plain TCP socket) and the
+other ranks wait for it there, asleep: MLX's ring collective polls while it waits, which on an
+idle gang kept each follower at about 80 % of a core (docs/multi-node.md). A follower whose rank
+0 is gone hears it as the socket's end and stops, rather than waiting for ever.
+
 MLX's distributed backends: `ring` (TCP; the hostfile is built from the ranks' addresses, no
 file for the user to write), `jaccl` (Thunderbolt 5 RDMA between Macs) and `mpi`. mlx-lm
 shards the models (`model.shard(group)`, `model.model.pipeline(group)`); a model that supports
@@ -27,7 +32,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +66,7 @@ class Membership:
     spec: GangSpec
     rank: int
     hostfile: str  # the ring backend's hostfile (JSON); "" for the others
+    doorbell: str = ""  # rank 0's "ip:port" for the doorbell; "" waits in the collective
 
 
 def ring_hostfile(addresses: list[tuple[str, int]]) -> str:
@@ -138,12 +146,68 @@ def load_sharded(model_dir: Path, group, spec: GangSpec, model_id: str):
     return model, tokenizer, config
 
 
+class Doorbell:
+    """Rank 0 wakes the other ranks before a shared round; they sleep on a socket till then.
+
+    Rank 0 listens before the MLX group forms (`open`), so the others, who connect once it has
+    formed (`connect`), always find it; rank 0 then accepts one connection per other rank."""
+
+    def __init__(self, membership: Membership, timeout_s: float = 120.0):
+        self.membership = membership
+        self.timeout_s = timeout_s
+        self.listener: socket.socket | None = None
+        self.peers: list[socket.socket] = []  # rank 0: one per other rank; others: rank 0
+
+    def open(self) -> Doorbell:
+        if self.membership.rank == 0:
+            _, port = self.membership.doorbell.rsplit(":", 1)
+            self.listener = socket.create_server(("", int(port)), backlog=self.membership.spec.size)
+        return self
+
+    def connect(self) -> Doorbell:
+        host, port = self.membership.doorbell.rsplit(":", 1)
+        if self.listener is not None:
+            self.listener.settimeout(self.timeout_s)
+            self.peers = [self.listener.accept()[0] for _ in range(self.membership.spec.size - 1)]
+            self.listener.close()
+        else:
+            self.peers = [_connect((host, int(port)), self.timeout_s)]
+        for peer in self.peers:
+            peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer.settimeout(None)
+        return self
+
+    def ring(self) -> None:
+        for peer in self.peers:
+            peer.sendall(b"\x01")
+
+    def wait(self) -> None:
+        if not self.peers[0].recv(1):
+            raise ConnectionError("rank 0 of the gang is gone (its doorbell closed)")
+
+    def close(self) -> None:
+        for s in [*self.peers, *([self.listener] if self.listener else [])]:
+            s.close()
+
+
+def _connect(address: tuple[str, int], timeout_s: float) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection(address, timeout=timeout_s)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class RoundChannel:
     """What rank 0 tells the others, in the order all ranks run it (each call is a collective)."""
 
-    def __init__(self, group):
+    def __init__(self, group, doorbell: Doorbell | None = None):
         self.group = group
         self.rank = group.rank()
+        self.doorbell = doorbell
 
     @property
     def leads(self) -> bool:
@@ -154,6 +218,11 @@ class RoundChannel:
         import mlx.core as mx
         import numpy as np
 
+        if self.doorbell is not None:
+            if self.leads:
+                self.doorbell.ring()
+            else:
+                self.doorbell.wait()
         data = pickle.dumps(obj) if self.leads and obj is not None else b""
         size = mx.distributed.all_sum(mx.array([len(data)], dtype=mx.int32), group=self.group).item()
         if size == 0:

@@ -88,6 +88,7 @@ class Gang:
         self.ranks: list[Any] = []  # Rank actors, rank 1 first
         self.addresses: list[dict] = []  # every rank's node and port, rank 0 first
         self.serving: list[Any] = []  # the ranks' `serve` calls for the current engine
+        self.doorbell_port = 0
         self.engine = None
 
     async def start_engine(self, model_id: str, model_dir: Path, engine_config: Any):
@@ -99,7 +100,11 @@ class Gang:
         if not self.ranks:
             await self._place_ranks()
         hostfile = ring_hostfile([(a["ip"], a["port"]) for a in self.addresses]) if self.spec.backend == "ring" else ""
-        configs = [replace(engine_config, gang=Membership(self.spec, rank, hostfile)) for rank in range(self.spec.size)]
+        doorbell = f"{self.addresses[0]['ip']}:{self.doorbell_port}"
+        configs = [
+            replace(engine_config, gang=Membership(self.spec, rank, hostfile, doorbell))
+            for rank in range(self.spec.size)
+        ]
         self.serving = [actor.serve.remote(model_id, configs[i + 1]) for i, actor in enumerate(self.ranks)]
         start = asyncio.ensure_future(LLMEngine.start(model_id, model_dir, configs[0]))
         others = [asyncio.wrap_future(ref.future()) for ref in self.serving]
@@ -129,6 +134,7 @@ class Gang:
             for rank in range(1, self.spec.size)
         ]
         others = await asyncio.gather(*(actor.address.remote() for actor in self.ranks))
+        self.doorbell_port = free_port()  # rank 0 wakes the others on it (deployments/llm/gang.py)
         self.addresses = [{**node_facts(), "port": free_port(), "rank": 0}] + [
             {**a, "rank": i + 1} for i, a in enumerate(others)
         ]
