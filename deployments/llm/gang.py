@@ -80,13 +80,18 @@ def join_group(membership: Membership):
     has joined (the ring backend connects to its neighbours)."""
     import mlx.core as mx
 
+    path = None
     if membership.spec.backend == "ring":
         fd, path = tempfile.mkstemp(prefix="ominix-ring-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             f.write(membership.hostfile)
         os.environ["MLX_HOSTFILE"] = path
     os.environ["MLX_RANK"] = str(membership.rank)
-    group = mx.distributed.init(strict=True, backend=membership.spec.backend)
+    try:
+        group = mx.distributed.init(strict=True, backend=membership.spec.backend)
+    finally:
+        if path is not None:  # read by init; a replaced gang writes a new one
+            os.unlink(path)
     if group.size() != membership.spec.size:
         raise RuntimeError(f"the {membership.spec.backend} group has {group.size()} ranks, not {membership.spec.size}")
     return group
