@@ -9,11 +9,12 @@ Macs would give. The model: a random-weight Qwen3 shaped like SmolLM2-135M where
 split (9 attention heads, 3 key/value heads, head dim 64, so 3 ranks divide it), whose
 end-of-sequence logit never wins, so every system generates exactly the tokens asked for
 (bench/model.py). Streams of 1, 4 and 16 streamed chat requests (bench/llm.py's waves): tok/s
-and time to first token.
+and time to first token. Each system runs alone, the others stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -81,46 +82,52 @@ class LaunchedServer:
         self.proc.wait(timeout=30)
 
 
-async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
+@contextlib.asynccontextmanager
+async def started(system: str, cluster, model_dir: Path, tokens: int, work: Path, http: httpx.AsyncClient):
+    """`system` serving `model_dir` until the block ends: its streamed-chat call."""
     from bench.peers import mlx_lm_server
 
+    if system.startswith("graph"):
+        llm = {"default_model": str(model_dir), "models": [], "disk_cache_bytes": 0}
+        if system.endswith("tp3"):
+            llm.update(tensor_parallel_size=TP, placement_strategy="PACK")
+        name = f"bench-{system.replace('_', '-')}"
+        url = cluster.deploy(name, {"llm": llm})
+        try:
+            await wait_ready(url, 600)
+            yield lambda body: stream_chat(http, f"{url}/v1/chat/completions", body)
+        finally:
+            cluster.delete(name)
+        return
+    if system.endswith("tp3"):
+        server = LaunchedServer(model_dir, TP, tokens, work / f"{system}.log")
+    else:
+        server = mlx_lm_server(model_dir, tokens, work / f"{system}.log")
+    try:
+        await server.wait_ready()
+        yield lambda body: stream_chat(http, f"{server.url}/v1/chat/completions", body)
+    finally:
+        server.stop()
+
+
+async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
     smoke = opts.preset == "smoke"
     concurrency = [1, 2] if smoke else [1, 4, 16]
     tokens = 4 if smoke else 32
     repeats = 1 if smoke else 2
     model_dir = ensure_bench_model(cache_dir, SHARDED_CONFIG)
     http = httpx.AsyncClient(timeout=httpx.Timeout(900), limits=httpx.Limits(max_connections=64))
-    calls, stoppers, apps = {}, [], []
+    results = {}
     try:
+        # One system at a time, the others stopped: an idle mlx.launch gang's ranks wait for
+        # rank 0 inside MLX's ring collective, which polls, and would take the CPU the
+        # measured system needs on this one machine.
         for system in SYSTEMS:
-            if system.startswith("graph"):
-                llm = {"default_model": str(model_dir), "models": [], "disk_cache_bytes": 0}
-                if system.endswith("tp3"):
-                    llm.update(tensor_parallel_size=TP, placement_strategy="PACK")
-                name = f"bench-{system.replace('_', '-')}"
-                url = cluster.deploy(name, {"llm": llm})
-                apps.append(name)
-                await wait_ready(url, 600)
-                calls[system] = lambda body, u=url: stream_chat(http, f"{u}/v1/chat/completions", body)
-            else:
-                if system.endswith("tp3"):
-                    server = LaunchedServer(model_dir, TP, tokens, work / f"{system}.log")
-                else:
-                    server = mlx_lm_server(model_dir, tokens, work / f"{system}.log")
-                stoppers.append(server.stop)
-                await server.wait_ready()
-                calls[system] = lambda body, u=server.url: stream_chat(http, f"{u}/v1/chat/completions", body)
-            progress(f"sharded: {system} is up")
-        results = await measure(calls, concurrency, repeats, tokens, progress)
+            async with started(system, cluster, model_dir, tokens, work, http) as call:
+                progress(f"sharded: {system} is up")
+                results.update(await measure({system: call}, concurrency, repeats, tokens, progress))
     finally:
         await http.aclose()
-        for stop in stoppers:
-            stop()
-        for name in apps:
-            try:
-                cluster.delete(name)
-            except Exception:
-                pass
     top = str(max(concurrency))
     return {
         "model": model_dir.name,
