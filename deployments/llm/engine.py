@@ -648,11 +648,18 @@ class LLMEngine(EngineThread[_Request]):
         round_.abandoned = [r.rid for r in self._in_flight(active) if r.cancelled and not r.abandoned]
         if self._channel is not None:
             self.round_began = time.monotonic()  # the share waits for every rank
-            self._channel.share((round_.stop, [r.arrival() for r in round_.arrivals], round_.abandoned))
+            news = round_.stop or round_.arrivals or round_.abandoned
+            # A round with no news (most of a busy gang's: each decode step is one) shares only
+            # its size, 0: one small collective instead of two.
+            self._channel.share(
+                (round_.stop, [r.arrival() for r in round_.arrivals], round_.abandoned) if news else None
+            )
         return round_
 
     def _replay(self, shared) -> _Round:
         """Rank 0's round on another rank: its requests rebuilt, answering nowhere."""
+        if shared is None:
+            return _Round()
         stop, arrivals, abandoned = shared
         requests = []
         for a in arrivals:
