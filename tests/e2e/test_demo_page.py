@@ -217,7 +217,7 @@ def test_the_agent_answer_is_shown_and_played(page):
     p = page.open()
     page.tab("agent")
     p.fill("#agent-input", "What is the capital of France?")
-    p.fill("#agent-max", "40")
+    p.fill("#agent-max", "16")
     p.click("#agent-go")
     p.locator("#agent-status", has_text="Done.").wait_for()
     answer = p.locator("#agent-log .msg.assistant").inner_text()
@@ -232,7 +232,7 @@ def test_the_agent_hears_a_spoken_question(page):
     the user's turn and answered aloud."""
     p = page.open()
     page.tab("agent")
-    p.fill("#agent-max", "24")
+    p.fill("#agent-max", "12")
     p.click("#agent-say")
     p.locator("#agent-status", has_text="Listening").wait_for()
     p.wait_for_timeout(4500)  # the file loops: at least one whole sentence
