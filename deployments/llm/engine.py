@@ -626,8 +626,9 @@ class LLMEngine(EngineThread[_Request]):
         """The inbox's news since the last round (waiting for some when `block`); on a sharded
         replica, shared by rank 0 and replayed by the other ranks."""
         if self._channel is not None and not self._channel.leads:
-            return self._replay(self._channel.share())
+            return self._replay(self._channel.share(wake=block))
         round_ = _Round()
+        waited = block  # the other ranks, with the same empty batch, sleep on the doorbell
         while True:
             try:
                 request = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
@@ -652,7 +653,8 @@ class LLMEngine(EngineThread[_Request]):
             # A round with no news (most of a busy gang's: each decode step is one) shares only
             # its size, 0: one small collective instead of two.
             self._channel.share(
-                (round_.stop, [r.arrival() for r in round_.arrivals], round_.abandoned) if news else None
+                (round_.stop, [r.arrival() for r in round_.arrivals], round_.abandoned) if news else None,
+                wake=waited,
             )
         return round_
 

@@ -13,10 +13,11 @@ scheme under `mlx.launch` (it shares each request with pickle over an all-sum), 
 shared instead of a shared random seed: a grammar mask or a seeded sampler then needs to be
 right on rank 0 only.
 
-Before each shared round rank 0 rings a `Doorbell` (one byte over a plain TCP socket) and the
-other ranks wait for it there, asleep: MLX's ring collective polls while it waits, which on an
-idle gang kept each follower at about 80 % of a core (docs/multi-node.md). A follower whose rank
-0 is gone hears it as the socket's end and stops, rather than waiting for ever.
+Before a shared round that follows an idle spell rank 0 rings a `Doorbell` (one byte over a
+plain TCP socket) and the other ranks wait for it there, asleep: MLX's ring collective polls
+while it waits, which on an idle gang kept each follower at about 80 % of a core
+(docs/multi-node.md). An idle follower whose rank 0 is gone hears it as the socket's end and
+stops, rather than waiting for ever.
 
 MLX's distributed backends: `ring` (TCP; the hostfile is built from the ranks' addresses, no
 file for the user to write), `jaccl` (Thunderbolt 5 RDMA between Macs) and `mpi`. mlx-lm
@@ -218,12 +219,14 @@ class RoundChannel:
     def leads(self) -> bool:
         return self.rank == 0
 
-    def share(self, obj: Any = None) -> Any:
-        """Rank 0's `obj` (pickled), on every rank. None travels as a size of 0."""
+    def share(self, obj: Any = None, wake: bool = False) -> Any:
+        """Rank 0's `obj` (pickled), on every rank. None travels as a size of 0. `wake`: the
+        other ranks sleep on the doorbell first (a round after an idle spell, which every rank
+        knows of alike: its batch was empty); a busy gang's rounds follow each other at once."""
         import mlx.core as mx
         import numpy as np
 
-        if self.doorbell is not None:
+        if self.doorbell is not None and wake:
             if self.leads:
                 self.doorbell.ring()
             else:
