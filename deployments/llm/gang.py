@@ -153,7 +153,8 @@ def load_sharded(model_dir: Path, group, spec: GangSpec, model_id: str):
 
 
 class Doorbell:
-    """Rank 0 wakes the other ranks before a shared round; they sleep on a socket till then.
+    """Rank 0 wakes the other ranks for a round after an idle spell; they sleep on a socket
+    till then.
 
     Rank 0 listens before the MLX group forms (`open`), so the others, who connect once it has
     formed (`connect`), always find it; rank 0 then accepts one connection per other rank."""

@@ -10,12 +10,13 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from deployments.llm.engine import EngineConfig, LLMEngine
-from deployments.llm.gang import GangSpec, check_model_dir, ring_hostfile
+from deployments.llm.gang import Doorbell, GangSpec, Membership, check_model_dir, ring_hostfile
 from tests.gang_requests import answer
 from tests.tiny_pipeline_model import ensure_tiny_pipeline_model
 
@@ -111,3 +112,33 @@ def test_splits_a_model_cannot_take_are_refused_naming_the_model_and_the_setting
 
 def test_the_ring_hostfile_lists_one_address_per_rank():
     assert json.loads(ring_hostfile([("10.0.0.1", 5000), ("10.0.0.2", 5001)])) == [["10.0.0.1:5000"], ["10.0.0.2:5001"]]
+
+
+def test_the_doorbell_wakes_each_rank_and_a_gone_rank_0_ends_their_wait():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    ranks = [Membership(GangSpec(tensor_parallel_size=3), rank, "", f"127.0.0.1:{port}") for rank in range(3)]
+    leader = Doorbell(ranks[0], timeout_s=10).open()  # listening before the others connect
+    followers = [Doorbell(m, timeout_s=10) for m in ranks[1:]]
+    threads = [threading.Thread(target=f.connect) for f in followers]
+    for t in threads:
+        t.start()
+    leader.connect()
+    for t in threads:
+        t.join()
+    woke = []
+    waiting = [threading.Thread(target=lambda f=f: woke.append(f.wait())) for f in followers]
+    for t in waiting:
+        t.start()
+    waiting[0].join(0.2)
+    assert woke == []  # asleep until rank 0 rings
+    leader.ring()
+    for t in waiting:
+        t.join(5)
+    assert woke == [None, None]
+    leader.close()
+    for f in followers:
+        with pytest.raises(ConnectionError, match="rank 0 of the gang is gone"):
+            f.wait()
+        f.close()
