@@ -182,7 +182,8 @@ class LLMSlotConfig(SlotModelsConfig):
         120.0,
         gt=0,
         description="A gang's round (one step of every rank) taking longer than this means a rank is gone: the "
-        "replica turns unhealthy and Serve replaces the whole gang",
+        "replica turns unhealthy and Serve replaces the whole gang; at start, a rank that has not begun by then, "
+        "or ranks that have not formed their group this long after all began joining, fail the replica",
     )
 
     @model_validator(mode="after")

@@ -35,10 +35,11 @@ import os
 import pickle
 import socket
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 BACKENDS = ("ring", "jaccl", "mpi")
 
@@ -68,6 +69,8 @@ class Membership:
     rank: int
     hostfile: str  # the ring backend's hostfile (JSON); "" for the others
     doorbell: str = ""  # rank 0's "ip:port" for the doorbell; "" waits in the collective
+    # Rank 0's: set once the group has formed (the start's watchdog, deployments/llm/ranks.py).
+    joined: Optional[threading.Event] = field(default=None, compare=False)
 
 
 def ring_hostfile(addresses: list[tuple[str, int]]) -> str:
@@ -95,7 +98,39 @@ def join_group(membership: Membership):
             os.unlink(path)
     if group.size() != membership.spec.size:
         raise RuntimeError(f"the {membership.spec.backend} group has {group.size()} ranks, not {membership.spec.size}")
+    if membership.joined is not None:
+        membership.joined.set()
     return group
+
+
+# What a rank > 0 reports of its start (deployments/llm/ranks.py `Rank.phase`).
+PLACED, RESOLVING, JOINING = "placed", "resolving", "joining"
+
+
+class StartWatch:
+    """Whether a gang's start has hung, from its other ranks' phases, before the group forms.
+
+    MLX's ring init waits for ever for a rank that never connects. A rank still fetching its
+    model files (RESOLVING) may take as long as the download does; a rank that never began
+    (PLACED, or not answering: None) past `timeout_s`, or every rank JOINING for `timeout_s`
+    without the group forming, is a hung start: the replica fails and Serve starts a new gang."""
+
+    def __init__(self, timeout_s: float, now: float):
+        self.timeout_s = timeout_s
+        self.began = now
+        self.all_joining_since: Optional[float] = None
+
+    def problem(self, phases: list[Optional[str]], now: float) -> Optional[str]:
+        if phases and all(p == JOINING for p in phases):
+            self.all_joining_since = self.all_joining_since if self.all_joining_since is not None else now
+            if now - self.all_joining_since > self.timeout_s:
+                return f"its ranks did not form their MLX group within {self.timeout_s:.0f} s"
+            return None
+        self.all_joining_since = None
+        idle = [rank for rank, p in enumerate(phases, start=1) if p in (None, PLACED)]
+        if idle and now - self.began > self.timeout_s:
+            return f"rank {', '.join(map(str, idle))} did not begin within {self.timeout_s:.0f} s"
+        return None
 
 
 def check_shardable(model: Any, config: dict, spec: GangSpec, model_id: str) -> None:

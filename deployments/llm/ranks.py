@@ -12,7 +12,10 @@ Faults: a rank that dies ends its `serve` call (its ObjectRef fails); a round th
 (MLX's ring waits forever for a rank that stopped answering) is caught by a watchdog on the
 round's age. Either makes the replica's health check fail, its requests in flight end with a
 503, and Serve replaces the replica, which takes its placement group and every rank with it:
-never half a gang serving.
+never half a gang serving. A start that hangs (a rank that never begins, or ranks that never
+form their group: the ring's init waits for ever too) is bounded the same way
+(deployments/llm/gang.py `StartWatch`): the replica's constructor fails and Serve starts a new
+gang.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +31,16 @@ from typing import Any, Optional
 
 import ray
 
-from deployments.llm.gang import GangSpec, Membership, check_model_dir, ring_hostfile
+from deployments.llm.gang import (
+    JOINING,
+    PLACED,
+    RESOLVING,
+    GangSpec,
+    Membership,
+    StartWatch,
+    check_model_dir,
+    ring_hostfile,
+)
 from deployments.protocol.errors import APIError
 
 logger = logging.getLogger("ray.serve")
@@ -56,9 +69,14 @@ class Rank:
         self.cache_dir = cache_dir
         self.port = free_port()
         self.engine = None
+        self.phase_now = PLACED
 
     def address(self) -> dict:
         return {**node_facts(), "port": self.port}
+
+    def phase(self) -> str:
+        """How far this rank's start has come (deployments/llm/gang.py StartWatch reads it)."""
+        return self.phase_now
 
     async def serve(self, model_id: str, engine_config: Any) -> None:
         """Load this rank's shard and run the engine until rank 0 stops it; raises if it fails."""
@@ -66,9 +84,11 @@ class Rank:
         from deployments.llm.engine import LLMEngine
         from deployments.llm.slot import SLOT
 
+        self.phase_now = RESOLVING
         model_dir = await asyncio.to_thread(
             resolve_model_dir, model_id, builtins=SLOT.builtins, cache_dir=self.cache_dir
         )
+        self.phase_now = JOINING
         self.engine = await LLMEngine.start(model_id, Path(model_dir), engine_config)
         await asyncio.to_thread(self.engine._thread.join)
         if self.engine.failure is not None:
@@ -101,22 +121,35 @@ class Gang:
             await self._place_ranks()
         hostfile = ring_hostfile([(a["ip"], a["port"]) for a in self.addresses]) if self.spec.backend == "ring" else ""
         doorbell = f"{self.addresses[0]['ip']}:{self.doorbell_port}"
+        joined = threading.Event()
         configs = [
-            replace(engine_config, gang=Membership(self.spec, rank, hostfile, doorbell))
+            replace(engine_config, gang=Membership(self.spec, rank, hostfile, doorbell, joined if rank == 0 else None))
             for rank in range(self.spec.size)
         ]
         self.serving = [actor.serve.remote(model_id, configs[i + 1]) for i, actor in enumerate(self.ranks)]
         start = asyncio.ensure_future(LLMEngine.start(model_id, model_dir, configs[0]))
         others = [asyncio.wrap_future(ref.future()) for ref in self.serving]
+        watch = StartWatch(self.timeout_s, time.monotonic())
         while not start.done():
-            await asyncio.wait([start, *others], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([start, *others], timeout=2.0, return_when=asyncio.FIRST_COMPLETED)
             for other in others:
                 if other.done():  # a rank ended before the group formed: rank 0 would wait for ever
                     failure = other.exception() or "it stopped"
                     raise RuntimeError(f"the gang for {model_id} could not start: {failure}")
+            if not joined.is_set() and not start.done():
+                problem = watch.problem(await self._phases(), time.monotonic())
+                if problem is not None:  # rank 0's thread stays in MLX's init; the replica goes with it
+                    raise RuntimeError(f"the gang for {model_id} could not start: {problem}")
         self.engine = start.result()
         logger.info("LLM gang for %s: %d ranks on %s", model_id, self.spec.size, [a["ip"] for a in self.addresses])
         return self.engine
+
+    async def _phases(self) -> list[Optional[str]]:
+        """Each other rank's phase; None for one that does not answer within a second."""
+        refs = [actor.phase.remote() for actor in self.ranks]
+        ready, _ = await asyncio.to_thread(ray.wait, refs, num_returns=len(refs), timeout=1.0)
+        done = set(ready)
+        return [ray.get(ref) if ref in done else None for ref in refs]
 
     async def _place_ranks(self) -> None:
         from ray.util import get_current_placement_group

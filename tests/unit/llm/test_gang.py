@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from deployments.llm.engine import EngineConfig, LLMEngine
-from deployments.llm.gang import Doorbell, GangSpec, Membership, check_model_dir, ring_hostfile
+from deployments.llm.gang import (
+    JOINING,
+    PLACED,
+    RESOLVING,
+    Doorbell,
+    GangSpec,
+    Membership,
+    StartWatch,
+    check_model_dir,
+    ring_hostfile,
+)
 from tests.gang_requests import answer
 from tests.tiny_pipeline_model import ensure_tiny_pipeline_model
 
@@ -142,3 +152,18 @@ def test_the_doorbell_wakes_each_rank_and_a_gone_rank_0_ends_their_wait():
         with pytest.raises(ConnectionError, match="rank 0 of the gang is gone"):
             f.wait()
         f.close()
+
+
+def test_a_start_that_hangs_is_told_from_one_that_downloads():
+    watch = StartWatch(timeout_s=120, now=0)
+    assert watch.problem([PLACED, RESOLVING], now=60) is None
+    assert watch.problem([RESOLVING, RESOLVING], now=600) is None  # a large model downloading
+    assert watch.problem([JOINING, JOINING], now=610) is None
+    assert watch.problem([JOINING, JOINING], now=700) is None
+    assert "did not form their MLX group within 120 s" in watch.problem([JOINING, JOINING], now=731)
+    never = StartWatch(timeout_s=120, now=0)
+    assert never.problem([PLACED, None], now=100) is None
+    assert never.problem([PLACED, None], now=121) == "rank 1, 2 did not begin within 120 s"
+    # one rank joining, the other still fetching: the wait for the group has not begun
+    mixed = StartWatch(timeout_s=120, now=0)
+    assert mixed.problem([JOINING, RESOLVING], now=500) is None
