@@ -85,12 +85,16 @@ class Rank:
         from deployments.llm.slot import SLOT
 
         self.phase_now = RESOLVING
-        model_dir = await asyncio.to_thread(
-            resolve_model_dir, model_id, builtins=SLOT.builtins, cache_dir=self.cache_dir
-        )
-        self.phase_now = JOINING
-        self.engine = await LLMEngine.start(model_id, Path(model_dir), engine_config)
-        await asyncio.to_thread(self.engine._thread.join)
+        try:
+            model_dir = await asyncio.to_thread(
+                resolve_model_dir, model_id, builtins=SLOT.builtins, cache_dir=self.cache_dir
+            )
+            self.phase_now = JOINING
+            self.engine = await LLMEngine.start(model_id, Path(model_dir), engine_config)
+            await asyncio.to_thread(self.engine._thread.join)
+        finally:
+            # The next engine's start (a model change on the same gang) is watched from the start.
+            self.phase_now = PLACED
         if self.engine.failure is not None:
             raise RuntimeError(
                 f"rank {engine_config.gang.rank} of the gang for {model_id} failed: {self.engine.failure}"
