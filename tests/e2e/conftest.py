@@ -65,6 +65,27 @@ def _app_running() -> bool:
     return app is not None and app.status == "RUNNING"
 
 
+# The files whose graph runs on a Ray cluster of their own: the session graph sits idle while
+# they run. They run one after another, the TTS burst just before them and its scale-down check
+# (marked `after_own_clusters`) just after, so serve_config.yaml's downscale delay runs out
+# during their tests instead of in a wait of its own (55 s of a CI run).
+OWN_CLUSTERS = ("test_multinode.py", "test_multinode_voices.py", "test_sharded_llm.py")
+BURST = "test_tts_burst.py"
+
+
+def pytest_collection_modifyitems(config, items):
+    burst = [item for item in items if item.path.name == BURST]
+    own = [item for item in items if item.path.name in OWN_CLUSTERS]
+    if not burst or not own:
+        return
+    at = items.index(own[0])
+    rest = [item for item in items if item not in burst and item not in own]
+    at = len([item for item in items[:at] if item in rest])
+    after = [item for item in burst if item.get_closest_marker("after_own_clusters")]
+    before = [item for item in burst if item not in after]
+    items[:] = rest[:at] + before + own + after + rest[at:]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A private local Ray cluster (own ports), so parallel test sessions never collide.

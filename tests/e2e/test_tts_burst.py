@@ -6,7 +6,8 @@ resource model (docs/resources.md) must let the TTS slot run a second replica on
 machine; every request is answered with the whole audio, and it is speech (the ASR slot
 transcribes one answer back); chat is answered during the burst; the issue's own measure holds:
 the last 20 s complete more requests than the first 20 s (by the bar below); and the slot
-comes back down to its minimum after serve_config.yaml's downscale delay.
+comes back down to its minimum after serve_config.yaml's downscale delay (checked after the
+files with Ray clusters of their own have run: tests/e2e/conftest.py).
 
 Kokoro is the model to burst because it is what a user's burst runs: a synthesis takes one core
 for about twice as long as the speech lasts, so the replicas, not the ingress, are what the burst
@@ -48,8 +49,9 @@ ISSUE_GAIN, SHARED_CORES_GAIN = 1.3, 1.1
 # 20 s window counts twice the completions and one slow request moves the ratio less.
 TEXT = "Hi there."
 CHAT_EVERY_S = 3.0
-# When the burst's load ended: the scale-down is checked by the module's last test, so the
-# small app's tests run during serve_config.yaml's downscale delay instead of after it.
+# When the burst's load ended: the scale-down is checked after the small app's tests and the
+# files with clusters of their own (tests/e2e/conftest.py), which run during serve_config.yaml's
+# downscale delay instead of after it.
 BURST_ENDED: list[float] = []
 
 
@@ -265,9 +267,12 @@ async def test_websocket_idle_timeout(burst_app):
             await ws.recv()
 
 
+@pytest.mark.after_own_clusters
 async def test_the_slot_comes_back_to_its_minimum_after_the_burst():
-    """Last in the module: the burst test above ended the load, the small app's tests ran during
-    the downscale delay; the slot is back at min_replicas within that delay (plus stopping)."""
+    """Run after the files with Ray clusters of their own (tests/e2e/conftest.py): the burst test
+    above ended the load, the small app's tests and those files ran during the downscale delay
+    with the session graph idle; the slot is back at min_replicas within that delay (plus
+    stopping)."""
     if not BURST_ENDED:
         pytest.skip("measures the scale-down after test_sustained_burst_scales_the_shipped_tts_slot")
     await back_to_minimum(since=BURST_ENDED[-1])

@@ -119,14 +119,23 @@ def lengths_apart(model, prompts, drafter, lengths):
     return [tokens[u] for u in uids], batch
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft"])
-def test_drafting_pauses_while_the_batch_is_large_and_resumes_as_it_shrinks(smollm2, method):
-    """max_batch 3: four rows decode one step ahead without drafts; as rows end, the two left
-    draft again from a drafter rebuilt from their tokens. The answers are the plain ones."""
+PAUSE_LENGTHS = [6, 10, 28, 28]
+
+
+@pytest.fixture(scope="module")
+def pause_prompts(smollm2):
+    """The drafting-pause batch and its answers without drafts (computed once for both drafters)."""
     model, tokenizer = smollm2
     prompts = [copy_task(tokenizer, s) for s in SENTENCES] * 2
-    lengths = [6, 10, 28, 28]
-    plain, _ = lengths_apart(model, prompts, None, lengths)
+    return prompts, lengths_apart(model, prompts, None, PAUSE_LENGTHS)[0]
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_drafting_pauses_while_the_batch_is_large_and_resumes_as_it_shrinks(smollm2, pause_prompts, method):
+    """max_batch 3: four rows decode one step ahead without drafts; as rows end, the two left
+    draft again from a drafter rebuilt from their tokens. The answers are the plain ones."""
+    model, _ = smollm2
+    (prompts, plain), lengths = pause_prompts, PAUSE_LENGTHS
     if method == "ngram":
         drafter = NgramDrafter(SpeculativeSettings(num_speculative_tokens=4, prompt_lookup_max=3, max_batch=3))
     else:
