@@ -354,9 +354,16 @@ class LLMEngine(EngineThread[_Request]):
         gang = self.config.gang
         if gang is not None:
             doorbell = Doorbell(gang).open() if gang.doorbell else None  # rank 0 listens before the group forms
-            group = join_group(gang)
-            self._model, self.tokenizer, model_config = load_sharded(self.model_dir, group, gang.spec, self.model_id)
-            self._channel = RoundChannel(group, doorbell.connect() if doorbell else None)
+            try:
+                group = join_group(gang)
+                self._model, self.tokenizer, model_config = load_sharded(
+                    self.model_dir, group, gang.spec, self.model_id
+                )
+                self._channel = RoundChannel(group, doorbell.connect() if doorbell else None)
+            except BaseException:
+                if doorbell is not None:  # a load that fails frees its port for the next gang
+                    doorbell.close()
+                raise
         else:
             self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()

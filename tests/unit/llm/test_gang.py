@@ -154,6 +154,31 @@ def test_the_doorbell_wakes_each_rank_and_a_gone_rank_0_ends_their_wait():
         f.close()
 
 
+def test_a_rank_0_whose_load_fails_frees_its_doorbell_port(tiny_llm_dir, monkeypatch):
+    """Rank 0 listens before the group forms; a join that fails closes the listener, so the port
+    is free for the gang Serve starts next instead of held by a dead engine's socket."""
+    import deployments.llm.engine as engine_module
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+
+    def no_group(gang):
+        raise RuntimeError("the ring did not form")
+
+    monkeypatch.setattr(engine_module, "join_group", no_group)
+    gang = Membership(GangSpec(tensor_parallel_size=2), 0, "[]", f"127.0.0.1:{port}")
+    engine = LLMEngine("tiny", tiny_llm_dir, EngineConfig(gang=gang))
+    try:
+        engine._load()
+    except RuntimeError as failure:  # held, as the engine's start holds it to report it
+        assert "did not form" in str(failure)
+        with socket.create_server(("", port)):  # free again
+            pass
+    else:
+        pytest.fail("the load went on without a group")
+
+
 def test_a_start_that_hangs_is_told_from_one_that_downloads():
     watch = StartWatch(timeout_s=120, now=0)
     assert watch.problem([PLACED, RESOLVING], now=60) is None
