@@ -65,25 +65,38 @@ def _app_running() -> bool:
     return app is not None and app.status == "RUNNING"
 
 
-# The files whose graph runs on a Ray cluster of their own: the session graph sits idle while
-# they run. They run one after another, the TTS burst just before them and its scale-down check
-# (marked `after_own_clusters`) just after, so serve_config.yaml's downscale delay runs out
-# during their tests instead of in a wait of its own (55 s of a CI run).
-OWN_CLUSTERS = ("test_multinode.py", "test_multinode_voices.py", "test_sharded_llm.py")
-BURST = "test_tts_burst.py"
+# The session graph sits idle while the files with Ray clusters of their own run, so the tests
+# that wait on an idle graph run around them, in this order, where test_operating.py would run:
+# its idle console's window opens and spans test_multinode_voices.py; the TTS burst, then the
+# other two such files during serve_config.yaml's downscale delay, then the burst's scale-down
+# check. Those waits (30 s and 55 s of a CI run) are then spent on tests.
+AROUND_OWN_CLUSTERS = (
+    "test_operating.py",
+    "test_multinode_voices.py",
+    "test_operating.py::test_an_idle_graph_says_next_to_nothing",
+    "test_tts_burst.py",
+    "test_multinode.py",
+    "test_sharded_llm.py",
+    "test_tts_burst.py::test_the_slot_comes_back_to_its_minimum_after_the_burst",
+)
+
+
+def _place(item) -> int:
+    """The item's place in AROUND_OWN_CLUSTERS (its test named, else its file), or -1."""
+    name = f"{item.path.name}::{item.originalname}"
+    if name in AROUND_OWN_CLUSTERS:
+        return AROUND_OWN_CLUSTERS.index(name)
+    return AROUND_OWN_CLUSTERS.index(item.path.name) if item.path.name in AROUND_OWN_CLUSTERS else -1
 
 
 def pytest_collection_modifyitems(config, items):
-    burst = [item for item in items if item.path.name == BURST]
-    own = [item for item in items if item.path.name in OWN_CLUSTERS]
-    if not burst or not own:
+    placed = [(place, i, item) for i, item in enumerate(items) if (place := _place(item)) >= 0]
+    if not placed:
         return
-    at = items.index(own[0])
-    rest = [item for item in items if item not in burst and item not in own]
-    at = len([item for item in items[:at] if item in rest])
-    after = [item for item in burst if item.get_closest_marker("after_own_clusters")]
-    before = [item for item in burst if item not in after]
-    items[:] = rest[:at] + before + own + after + rest[at:]
+    rest = [item for item in items if _place(item) < 0]
+    first = next((i for i, item in enumerate(items) if item.path.name == AROUND_OWN_CLUSTERS[0]), placed[0][1])
+    at = sum(1 for item in items[:first] if _place(item) < 0)
+    items[:] = rest[:at] + [item for _, _, item in sorted(placed, key=lambda p: p[:2])] + rest[at:]
 
 
 @pytest.fixture(scope="session")

@@ -267,7 +267,6 @@ async def test_websocket_idle_timeout(burst_app):
             await ws.recv()
 
 
-@pytest.mark.after_own_clusters
 async def test_the_slot_comes_back_to_its_minimum_after_the_burst():
     """Run after the files with Ray clusters of their own (tests/e2e/conftest.py): the burst test
     above ended the load, the small app's tests and those files ran during the downscale delay
