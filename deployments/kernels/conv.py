@@ -14,8 +14,10 @@ Here:
 
 `OMINIX_CPU_KERNELS` switches them: unset or `all` (the default), `none`, or a comma list of
 `gemm_conv`, `fft_conv` (the FFT path needs `gemm_conv`'s dispatch), `kokoro` (Kokoro's fused
-AdaIN + Snake, deployments/kernels/kokoro.py) and `llm_attention` (mlx-lm's prefill attention,
-deployments/kernels/llm_attention.py, installed by the LLM engine).
+AdaIN + Snake, deployments/kernels/kokoro.py), `llm_attention` (mlx-lm's prefill attention,
+deployments/kernels/llm_attention.py, installed by the LLM engine) and `llm_norms` (an LLM's
+RMSNorms and RoPEs compiled, deployments/kernels/llm_norms.py, applied by the LLM engine to the
+models it loads).
 
 `install_cpu_kernels()` replaces `mx.conv1d` / `mx.conv_transpose1d` in the process with
 wrappers that use these on the CPU device and call MLX's own op everywhere else (Metal, an
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 _ORIGINAL: dict = {}
 _LOCK = threading.Lock()
 KERNELS_ENV = "OMINIX_CPU_KERNELS"
-KERNELS = ("gemm_conv", "fft_conv", "kokoro", "llm_attention")
+KERNELS = ("gemm_conv", "fft_conv", "kokoro", "llm_attention", "llm_norms")
 # What install_cpu_kernels() switched on (read by the ops at call time).
 _ENABLED: set = set()
 

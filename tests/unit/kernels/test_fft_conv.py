@@ -72,8 +72,8 @@ def test_dispatch_takes_the_fft_path_only_when_enabled(monkeypatch):
 @pytest.mark.parametrize(
     "value,expected",
     [
-        (None, {"gemm_conv", "fft_conv", "kokoro", "llm_attention"}),
-        ("all", {"gemm_conv", "fft_conv", "kokoro", "llm_attention"}),
+        (None, {"gemm_conv", "fft_conv", "kokoro", "llm_attention", "llm_norms"}),
+        ("all", {"gemm_conv", "fft_conv", "kokoro", "llm_attention", "llm_norms"}),
         ("none", set()),
         ("gemm_conv, kokoro", {"gemm_conv", "kokoro"}),
     ],

@@ -1,0 +1,87 @@
+"""mlx-lm's RMSNorm and RoPE compiled on the CPU backend (deployments/kernels/llm_norms.py) give
+the `mx.fast` op's own results bit for bit; `apply` swaps exactly the stock layers of one model;
+a model with them decodes the same tokens with the same log-probabilities as mlx-lm's."""
+
+from __future__ import annotations
+
+import pytest
+
+mx = pytest.importorskip("mlx.core")
+nn = pytest.importorskip("mlx.nn")
+
+from deployments.kernels import llm_norms  # noqa: E402
+
+
+def _stock_and_compiled(layer):
+    """The layer as built, and a copy of it with the compiled call (same weights)."""
+    import copy
+
+    compiled = copy.deepcopy(layer)
+    holder = nn.Sequential(compiled)
+    assert llm_norms.apply(holder) == 1
+    assert type(compiled) is not type(layer)
+    return layer, compiled
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1, 64), (3, 1, 64), (2, 7, 64), (4, 2, 5, 64)])
+def test_a_compiled_rms_norm_is_the_fast_op_bit_for_bit(dtype, shape):
+    mx.random.seed(0)
+    norm = nn.RMSNorm(64, eps=1e-6)
+    norm.weight = (mx.random.normal((64,)) + 1).astype(dtype)
+    stock, compiled = _stock_and_compiled(norm)
+    x = (mx.random.normal(shape) * 3).astype(dtype)
+    assert mx.array_equal(compiled(x), stock(x)).item()
+
+
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("offset", [0, 17, "per row"])
+def test_a_compiled_rope_is_the_fast_op_bit_for_bit(traditional, offset):
+    mx.random.seed(1)
+    stock, compiled = _stock_and_compiled(nn.RoPE(32, traditional=traditional, base=1e6))
+    for batch in (1, 3):
+        x = mx.random.normal((batch, 4, 1, 64))
+        at = mx.array([5, 40, 1000][:batch]) if offset == "per row" else offset
+        assert mx.array_equal(compiled(x, at), stock(x, at)).item()
+    # A prompt's chunk (several positions) takes the op as it is.
+    chunk = mx.random.normal((2, 4, 9, 64))
+    assert mx.array_equal(compiled(chunk, 3), stock(chunk, 3)).item()
+
+
+def test_apply_swaps_the_stock_layers_only():
+    class GemmaStyleNorm(nn.RMSNorm):  # a model's own subclass: its call is its own
+        pass
+
+    model = nn.Sequential(nn.RMSNorm(8), nn.RoPE(8), GemmaStyleNorm(8), nn.Linear(8, 8))
+    assert llm_norms.apply(model) == 2
+    assert [type(m).__name__ for m in model.layers] == ["CompiledRMSNorm", "CompiledRoPE", "GemmaStyleNorm", "Linear"]
+    assert set(model.parameters()["layers"][0]) == {"weight"}  # nothing added to the weights
+
+
+@pytest.mark.parametrize("model_name", ["tiny_llm_dir", "smollm2_dir"])
+def test_a_model_with_compiled_norms_decodes_as_mlx_lm_does(model_name, request):
+    """Greedy, in one batch of rows of different lengths: the same tokens, and log-probabilities
+    equal to the last bit."""
+    import mlx_lm
+    import numpy as np
+
+    from deployments.llm.batch import Batch, Sequence
+    from deployments.llm.sampler import RowSampler
+
+    model_dir = request.getfixturevalue(model_name)
+    answers = []
+    for compiled in (False, True):
+        model, tokenizer = mlx_lm.load(str(model_dir))
+        if compiled:
+            assert llm_norms.apply(model) > 0
+        batch = Batch(model, capacity=4, prefill_batch=2)
+        prompts = [tokenizer.encode(t) for t in ("The capital of France is", "Count: 1, 2, 3,", "Hi")]
+        uids = [batch.insert(Sequence([p], 10, RowSampler(), logprobs=True)) for p in prompts]
+        events = {u: [] for u in uids}
+        while not all(v and v[-1].finish_reason for v in events.values()):
+            for e in batch.next()[1]:
+                events[e.uid].append(e)
+        answers.append([([e.token for e in events[u]], np.stack([np.array(e.logprobs) for e in events[u]])) for u in uids])
+    for (tokens, logprobs), (same_tokens, same_logprobs) in zip(*answers):
+        assert tokens == same_tokens
+        assert np.array_equal(logprobs, same_logprobs)
