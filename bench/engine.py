@@ -11,8 +11,12 @@ sequence generating exactly `tokens` tokens from its own prompt:
 - `engine`: deployments/llm/engine.py as the LLM replica runs it: requests streamed through the
   engine thread's bridge to asyncio consumers, detokenized, parsed, sent;
 - `batch`: the engine's batch core alone (deployments/llm/batch.py), driven in a loop, no
-  detokenizing: the scheduler and the decode step;
-- `batch_generator`: mlx-lm's BatchGenerator driven the same way (the peer).
+  detokenizing: the scheduler and the decode step, on the model as the engine loads it;
+- `batch_generator`: mlx-lm's BatchGenerator driven the same way, on the model as mlx-lm loads
+  it (the peer, as its users run it);
+- `batch_generator_norms`: the same on the model as the engine loads it (on the CPU backend its
+  RMSNorms and RoPEs compiled, deployments/kernels/llm_norms.py): what of the engine's lead is
+  that, and what its scheduling.
 
 For each: tokens/s, and the host's CPU time per decode step (the driving thread's CPU time over
 the run, divided by the steps; a thread blocked on the device spends none). Repeats alternate
@@ -41,7 +45,7 @@ from bench.stats import median, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDS_CLUSTER = False  # in process: `python -m bench` starts no Ray for it alone
-SYSTEMS = ("engine", "batch", "batch_generator")
+SYSTEMS = ("engine", "batch", "batch_generator", "batch_generator_norms")
 PROFILE_GROUPS = [  # where a profiled frame's own time went, first match wins
     ("waiting for the device (mx.eval, tolist)", r"decode\.py.*\(step\)|generate\.py.*\(_step\)"),
     ("model graph building (mlx_lm.models, mlx.nn)", r"mlx_lm/models/|mlx/nn/"),
@@ -71,7 +75,7 @@ def thread_cpu(native_id: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# The three systems
+# The systems
 
 
 async def run_engine(engine, streams: int, tokens: int, tag: str, body=None) -> dict:
@@ -133,6 +137,14 @@ def run_batch_generator(model, tokenizer, streams: int, tokens: int, tag: str) -
     return _drive(batch.next, streams, lambda responses: [r for r in responses if r.finish_reason])
 
 
+def _compile_cpu_norms(model) -> None:
+    from deployments.kernels import llm_norms
+    from deployments.kernels.conv import enabled_kernels
+
+    if "llm_norms" in enabled_kernels():
+        llm_norms.apply(model)
+
+
 def _drive(step, streams: int, finished) -> dict:
     cpu0, t0 = time.thread_time(), time.perf_counter()
     done = generated = steps = 0
@@ -173,33 +185,42 @@ async def measure(
     config.max_batch_size, config.prefix_cache_entries = max(64, max(streams)), 0
     engine = await LLMEngine.start("bench-engine", model_dir, config)
     model, tokenizer = mlx_lm.load(str(model_dir))
+    served, _ = mlx_lm.load(str(model_dir))
+    _compile_cpu_norms(served)  # as the engine loads it
+    systems = {
+        "batch": lambda *a: run_batch(served, *a),
+        "batch_generator": lambda *a: run_batch_generator(model, *a),
+        "batch_generator_norms": lambda *a: run_batch_generator(served, *a),
+    }
     try:
         for warm in range(2):  # first shapes, first allocations
             await run_engine(engine, 4, 8, f"warm{warm} ")
-            run_batch(model, tokenizer, 4, 8, f"warm{warm} ")
-            run_batch_generator(model, tokenizer, 4, 8, f"warm{warm} ")
+            for system in systems.values():
+                system(tokenizer, 4, 8, f"warm{warm} ")
         levels = {}
         for n in streams:
             runs = {s: [] for s in SYSTEMS}
             for rep in range(repeats):
-                order = SYSTEMS[rep % 3 :] + SYSTEMS[: rep % 3]
-                for system in order:
+                k = rep % len(SYSTEMS)
+                for system in SYSTEMS[k:] + SYSTEMS[:k]:
                     tag = f"{n}/{rep} "
                     if system == "engine":
                         runs[system].append(await run_engine(engine, n, tokens, tag))
-                    elif system == "batch":
-                        runs[system].append(run_batch(model, tokenizer, n, tokens, tag))
                     else:
-                        runs[system].append(run_batch_generator(model, tokenizer, n, tokens, tag))
+                        runs[system].append(systems[system](tokenizer, n, tokens, tag))
             level = {s: _median(r) for s, r in runs.items()}
             level["engine_vs_batch_generator"] = ratio(
                 level["engine"]["tokens_per_s"], level["batch_generator"]["tokens_per_s"]
+            )
+            level["engine_vs_batch_generator_norms"] = ratio(
+                level["engine"]["tokens_per_s"], level["batch_generator_norms"]["tokens_per_s"]
             )
             levels[str(n)] = level
             progress(
                 f"engine: {n} streams: engine {level['engine']['tokens_per_s']:.0f} tok/s, batch "
                 f"{level['batch']['tokens_per_s']:.0f}, BatchGenerator {level['batch_generator']['tokens_per_s']:.0f}"
-                f" ({level['engine_vs_batch_generator']:.2f}x)"
+                f" ({level['engine_vs_batch_generator']:.2f}x; on the same compiled layers "
+                f"{level['engine_vs_batch_generator_norms']:.2f}x)"
             )
     finally:
         engine.shutdown()
@@ -320,13 +341,22 @@ async def run(cluster, cache_dir: Path, work: Path, opts, progress) -> dict:
 def render(result: dict) -> str:
     rows = []
     for n, level in result["levels"].items():
-        for system in SYSTEMS:
+        for system in (s for s in SYSTEMS if s in level):  # older results have three systems
             m = level[system]
-            rows.append(
-                [n, system, m["tokens_per_s"], m["host_ms_per_step"], m["wall_ms_per_step"]]
-                + [level["engine_vs_batch_generator"] if system == "engine" else None]
-            )
-    out = table(["streams", "system", "tok/s", "host ms/step", "wall ms/step", "engine / BatchGenerator"], rows)
+            ratios = [level.get(f"engine_vs_{peer}") if system == "engine" else None for peer in SYSTEMS[2:]]
+            rows.append([n, system, m["tokens_per_s"], m["host_ms_per_step"], m["wall_ms_per_step"], *ratios])
+    out = table(
+        [
+            "streams",
+            "system",
+            "tok/s",
+            "host ms/step",
+            "wall ms/step",
+            "engine / BatchGenerator",
+            "engine / BatchGenerator on the same layers",
+        ],
+        rows,
+    )
     c = result.get("constrained")
     if c:
         out += "\n\n" + table(
@@ -359,10 +389,11 @@ def plot(result: dict, path: Path) -> Optional[Path]:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.5))
     levels = list(result["levels"])
-    width = 0.27
-    for k, system in enumerate(SYSTEMS):
+    systems = [s for s in SYSTEMS if s in result["levels"][levels[0]]]  # older results have three
+    width = 0.8 / len(systems)
+    for k, system in enumerate(systems):
         values = [result["levels"][n][system]["tokens_per_s"] for n in levels]
-        ax.bar([i + (k - 1) * width for i in range(len(levels))], values, width, label=system)
+        ax.bar([i + (k - (len(systems) - 1) / 2) * width for i in range(len(levels))], values, width, label=system)
     ax.set_xticks(range(len(levels)), [f"{n} streams" for n in levels])
     ax.set_ylabel("tokens/s")
     ax.set_title("The engine's own cost: tiny model, in process")

@@ -81,7 +81,9 @@ def test_a_model_with_compiled_norms_decodes_as_mlx_lm_does(model_name, request)
         while not all(v and v[-1].finish_reason for v in events.values()):
             for e in batch.next()[1]:
                 events[e.uid].append(e)
-        answers.append([([e.token for e in events[u]], np.stack([np.array(e.logprobs) for e in events[u]])) for u in uids])
+        answers.append(
+            [([e.token for e in events[u]], np.stack([np.array(e.logprobs) for e in events[u]])) for u in uids]
+        )
     for (tokens, logprobs), (same_tokens, same_logprobs) in zip(*answers):
         assert tokens == same_tokens
         assert np.array_equal(logprobs, same_logprobs)
