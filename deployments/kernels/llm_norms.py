@@ -6,9 +6,9 @@ RoPE ~15, and a 2-layer Qwen3's decode step was 331 primitives, most of them the
 primitive costs the host its dispatch (~1.5 us here) whatever its size, so on a model whose step
 is short the host's time per step is mostly that: mlx-lm's `BatchGenerator` on the bench's
 2-layer model spent 0.77 ms of its thread's CPU per step, 0.56 ms with both compiled (1203 ->
-1664 tok/s at one stream, docs/performance.md section 14). On SmolLM2-135M the decode thread's
-CPU per step went from ~21 to ~13 ms in one probe, time a 2-core machine gives back to the other
-replicas; its step is memory-bound (~65 ms), so its tok/s does not move.
+1664 tok/s at one stream, docs/performance.md section 14). On SmolLM2-135M, whose step is
+memory-bound, the decode thread's CPU per step went from 29 to 23 ms and the step from 76 to
+72 ms: time a 2-core machine gives back to the other replicas.
 
 `apply(model)` swaps the class of each `nn.RMSNorm` and `nn.RoPE` of one model for a subclass
 that calls the same `mx.fast` op inside `mx.compile`: the same primitives, traced once and fused,
