@@ -137,14 +137,6 @@ def run_batch_generator(model, tokenizer, streams: int, tokens: int, tag: str) -
     return _drive(batch.next, streams, lambda responses: [r for r in responses if r.finish_reason])
 
 
-def _compile_cpu_norms(model) -> None:
-    from deployments.kernels import llm_norms
-    from deployments.kernels.conv import enabled_kernels
-
-    if "llm_norms" in enabled_kernels():
-        llm_norms.apply(model)
-
-
 def _drive(step, streams: int, finished) -> dict:
     cpu0, t0 = time.thread_time(), time.perf_counter()
     done = generated = steps = 0
@@ -177,6 +169,7 @@ async def measure(
     import mlx_lm
 
     from bench.model import SMOKE_CONFIG, ensure_bench_model
+    from deployments.kernels import llm_norms
     from deployments.llm.config import LLMSlotConfig
     from deployments.llm.engine import LLMEngine
 
@@ -186,7 +179,7 @@ async def measure(
     engine = await LLMEngine.start("bench-engine", model_dir, config)
     model, tokenizer = mlx_lm.load(str(model_dir))
     served, _ = mlx_lm.load(str(model_dir))
-    _compile_cpu_norms(served)  # as the engine loads it
+    llm_norms.compile_served(served, warm=False)  # as the engine loads it
     systems = {
         "batch": lambda *a: run_batch(served, *a),
         "batch_generator": lambda *a: run_batch_generator(model, *a),

@@ -84,12 +84,17 @@ def _rope(dims: int, traditional: bool, base: float, scale: float):
     return rope
 
 
-def warm(model: Any) -> None:
-    """One token through the model on a fresh cache, so that MLX builds the compiled kernels at
-    load rather than at the first request (~2.6 s of a C++ compiler's time for SmolLM2 on a
-    machine that has not built them yet; MLX keeps them in its temp directory after)."""
+def compile_served(model: Any, warm: bool = True) -> int:
+    """As the LLM engine loads a model: `apply` unless `OMINIX_CPU_KERNELS` leaves `llm_norms`
+    out, then (`warm`) one token through the model on a fresh cache, so that MLX builds the
+    compiled kernels at load rather than at the first request (~2.6 s of a C++ compiler's time
+    for SmolLM2 on a machine that has not built them yet; MLX keeps them in its temp directory
+    after). A sharded model's rank cannot run a step on its own: no `warm` there."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    if not _on_cpu(None):
-        return
-    mx.eval(model(mx.array([[0]], dtype=mx.uint32), cache=make_prompt_cache(model)))
+    from deployments.kernels.conv import enabled_kernels
+
+    swapped = apply(model) if "llm_norms" in enabled_kernels() else 0
+    if swapped and warm:
+        mx.eval(model(mx.array([[0]], dtype=mx.uint32), cache=make_prompt_cache(model)))
+    return swapped

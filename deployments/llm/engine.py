@@ -350,6 +350,8 @@ class LLMEngine(EngineThread[_Request]):
     def _load(self) -> None:
         import mlx_lm
 
+        from deployments.kernels import llm_norms
+
         t0 = time.perf_counter()
         gang = self.config.gang
         if gang is not None:
@@ -368,7 +370,9 @@ class LLMEngine(EngineThread[_Request]):
             self._model, self.tokenizer, model_config = mlx_lm.load(str(self.model_dir), return_config=True)
         self._apply_dtype_policy()
         self._install_cpu_attention()
-        _compile_cpu_norms(self._model, warm=gang is None)
+        # On MLX's CPU backend a short step's host time is mostly op-by-op dispatch of the
+        # norms' and RoPEs' fallback graphs: those run compiled (deployments/kernels/llm_norms.py).
+        llm_norms.compile_served(self._model, warm=gang is None)
         self._load_speculation()
         self.adapters = AdapterStage(self._model)
         # A sharded model's layers are shards: adapters are served on whole models only.
@@ -417,6 +421,7 @@ class LLMEngine(EngineThread[_Request]):
             raise ValueError(
                 f"llm.speculative.draft_model: {settings.draft_model} does not share {self.model_id}'s tokenizer"
             )
+        from deployments.kernels import llm_norms
         from deployments.llm import dtype_policy
 
         weights = dtype_policy.inspect_weights(self._draft)
@@ -425,7 +430,7 @@ class LLMEngine(EngineThread[_Request]):
         )
         if decision.upcast:
             dtype_policy.upcast(self._draft)
-        _compile_cpu_norms(self._draft)
+        llm_norms.compile_served(self._draft)
 
     def _disk_tier(self, namespace: str = "") -> Optional[DiskCache]:
         """The prompt cache's disk tier for this model as loaded (its key names the files, the
@@ -1035,17 +1040,6 @@ class LLMEngine(EngineThread[_Request]):
 
 # Texts whose tokens a draft model's tokenizer must give as the served model's does.
 _TOKENIZER_PROBES = ("Hello, world!", "def f(x):\n    return x ** 2  # square", "Ünïcödé 日本語 🤗", "<|im_end|>")
-
-
-def _compile_cpu_norms(model: Any, warm: bool = True) -> None:
-    """On MLX's CPU backend, the model's RMSNorms and RoPEs run compiled: a short step's host
-    time is mostly their fallback graphs' op-by-op dispatch (deployments/kernels/llm_norms.py).
-    `warm`: their kernels built now (a sharded model's ranks cannot run a step on their own)."""
-    from deployments.kernels import llm_norms
-    from deployments.kernels.conv import enabled_kernels
-
-    if "llm_norms" in enabled_kernels() and llm_norms.apply(model) and warm:
-        llm_norms.warm(model)
 
 
 def _plain_kv_cache(model: Any, name: str) -> None:

@@ -87,3 +87,18 @@ def test_a_model_with_compiled_norms_decodes_as_mlx_lm_does(model_name, request)
     for (tokens, logprobs), (same_tokens, same_logprobs) in zip(*answers):
         assert tokens == same_tokens
         assert np.array_equal(logprobs, same_logprobs)
+
+
+def test_the_engine_path_follows_the_kernel_switch_and_builds_at_load(tiny_llm_dir, monkeypatch):
+    """`compile_served` (what the LLM engine calls at load) leaves the model as mlx-lm built it
+    when OMINIX_CPU_KERNELS leaves `llm_norms` out; otherwise it swaps the layers and runs one
+    token through them."""
+    import mlx_lm
+
+    monkeypatch.setenv("OMINIX_CPU_KERNELS", "llm_attention")
+    model, _ = mlx_lm.load(str(tiny_llm_dir))
+    assert llm_norms.compile_served(model) == 0
+    assert not any(isinstance(m, (llm_norms.CompiledRMSNorm, llm_norms.CompiledRoPE)) for _, m in model.named_modules())
+    monkeypatch.delenv("OMINIX_CPU_KERNELS")
+    assert llm_norms.compile_served(model) > 0
+    assert any(isinstance(m, llm_norms.CompiledRoPE) for _, m in model.named_modules())
