@@ -15,14 +15,20 @@ that calls the same `mx.fast` op inside `mx.compile`: the same primitives, trace
 so the results are the op's own (tests/unit/kernels/test_llm_norms.py checks them bit for bit).
 The norm is compiled shapeless; RoPE is compiled for one-token steps only (one trace per batch
 size, the position an array input, so a new position needs no new trace) and runs as before on
-a prompt's chunks, whose lengths vary. Per model, not process-wide: a model the engine did not
+a prompt's chunks, whose lengths vary. A one-token RoPE (`DecodeRope`) also makes its
+frequencies once and, within one forward pass (`one_forward`, which the decode step opens), its
+angles once for a layer's queries and keys: the same arithmetic in the same order, 13 primitives
+a layer instead of 24 (a 2-4 % shorter step at 1 and 16 streams, paired runs in
+docs/performance.md section 14). Per model, not process-wide: a model the engine did not
 load (a test's reference, a peer in the same benchmark) runs as mlx-lm runs it. CPU backend
 only; on a GPU the op is already one kernel. No Ray here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from typing import Any
 
 import mlx.core as mx
@@ -45,16 +51,88 @@ class CompiledRMSNorm(nn.RMSNorm):
 
 
 class CompiledRoPE(nn.RoPE):
-    """An `nn.RoPE` whose one-token calls are one compiled function on the CPU backend."""
+    """An `nn.RoPE` whose one-token calls are compiled functions on the CPU backend (a prompt's
+    chunks run the op as it is): a non-traditional rotation as `DecodeRope` computes it, an
+    interleaved one as the op itself, compiled."""
 
     _compiled: Any = None
+    _decode: Any = None  # DecodeRope, or None: a traditional (interleaved) rotation
 
     def __call__(self, x, offset=0):
         if x.shape[-2] != 1 or not _on_cpu(None):
             return super().__call__(x, offset)
         if not isinstance(offset, mx.array):
             offset = mx.array(offset, dtype=mx.int32)
-        return self._compiled(x, offset)
+        if self._decode is None:
+            return self._compiled(x, offset)
+        return self._decode(x, offset)
+
+
+class DecodeRope:
+    """One token's rotation as MLX's `mx.fast.rope` fallback computes it (non-traditional):
+    positions (offset x scale) times the inverse frequencies exp(-i log(base) / (dims/2)), their
+    cos and sin, then each half of the rotated dims; dims past `dims` pass through.
+
+    A decode step rotates a layer's queries and keys by the same positions. The fallback makes
+    the angles at every call, from two `arange`s; here the frequencies are made once, and within
+    one forward pass (`one_forward`) the angles once for both calls: 13 primitives a layer
+    instead of 24. The arithmetic is the fallback's, in its order: the result is the op's bit for
+    bit (tests/unit/kernels/test_llm_norms.py)."""
+
+    def __init__(self, dims: int, base: float, scale: float):
+        self.dims, self.half, self.scale = dims, dims // 2, scale
+        log_step = mx.log(mx.array(base, mx.float32)) / self.half
+        self.inv_freqs = mx.exp(mx.arange(0.0, -self.half, -1.0, dtype=mx.float32) * log_step)
+        mx.eval(self.inv_freqs)
+        self._angles: dict[tuple, Any] = {}  # (dtype, x's ndim) -> compiled: offset -> (cos, sin)
+        self._rotate = mx.compile(self._rotation)
+        self._last: tuple = ()  # (forward pass, offset, key, (cos, sin)): the queries' call's angles
+
+    def __call__(self, x, offset):
+        return self._rotate(x, *self._angles_at(offset, (x.dtype, x.ndim)))
+
+    def _angles_at(self, offset, key: tuple):
+        current = getattr(_forward, "pass_", None)
+        last = self._last
+        if current is not None and last and last[0] is current and last[1] is offset and last[2] == key:
+            return last[3]
+        if key not in self._angles:
+            self._angles[key] = mx.compile(self._angles_function(*key))
+        angles = self._angles[key](offset)
+        # The offset is held with them: an in-place update of an array keeps its id, so the id
+        # alone could match stale angles; within one pass a layer's offset is not updated
+        # between its queries' call and its keys'.
+        self._last = (current, offset, key, angles) if current is not None else ()
+        return angles
+
+    def _angles_function(self, dtype, ndim: int):
+        def angles(offset):  # a scalar, or one per row of x: [B] -> [B, 1, ..., 1]
+            positions = offset.astype(mx.float32) * self.scale
+            if offset.ndim:
+                positions = positions.reshape((-1,) + (1,) * (ndim - 1))
+            theta = positions * self.inv_freqs
+            return mx.cos(theta).astype(dtype), mx.sin(theta).astype(dtype)
+
+        return angles
+
+    def _rotation(self, x, cos, sin):
+        x1, x2, *rest = mx.split(x, [self.half, self.dims] if self.dims < x.shape[-1] else [self.half], axis=-1)
+        return mx.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos, *rest], axis=-1)
+
+
+_forward = threading.local()
+
+
+@contextlib.contextmanager
+def one_forward():
+    """One forward pass of a model: in it, a layer's one-token RoPE calls with the same offset
+    array share their angles (deployments/llm/decode.py wraps each decode forward in it)."""
+    outer = getattr(_forward, "pass_", None)
+    _forward.pass_ = object()
+    try:
+        yield
+    finally:
+        _forward.pass_ = outer
 
 
 def apply(model: Any) -> int:
@@ -71,6 +149,8 @@ def apply(model: Any) -> int:
         elif type(module) is nn.RoPE:
             module.__class__ = CompiledRoPE
             module._compiled = mx.compile(_rope(module.dims, module.traditional, module.base, module.scale))
+            if not module.traditional:
+                module._decode = DecodeRope(module.dims, module.base, module.scale)
             swapped += 1
     if swapped:
         logger.info("MLX CPU backend: %d RMSNorm and RoPE layers run compiled (deployments.kernels.llm_norms)", swapped)

@@ -186,9 +186,12 @@ class Decode:
 
     def _forward(self, rows: list[Row], inputs, cache: list[Any]):
         """The served model on `inputs` ([B, positions]), each row with its own adapter."""
+        from deployments.kernels.llm_norms import one_forward
+
         if self.adapters is not None:
             self.adapters.bind(rows)
-        return self.model(inputs, cache=cache)
+        with one_forward():  # a layer's queries and keys share their RoPE angles
+            return self.model(inputs, cache=cache)
 
     def _drafting(self) -> bool:
         """Whether this step drafts: with a drafter, while the batch is under its `max_batch`.

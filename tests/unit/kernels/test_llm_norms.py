@@ -48,6 +48,52 @@ def test_a_compiled_rope_is_the_fast_op_bit_for_bit(traditional, offset):
     assert mx.array_equal(compiled(chunk, 3), stock(chunk, 3)).item()
 
 
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+@pytest.mark.parametrize(
+    "dims,head_dim,base,scale",
+    [(64, 64, 1e6, 1.0), (128, 128, 10000.0, 1.0), (32, 64, 10000.0, 1.0), (64, 64, 500000.0, 0.25)],
+)
+def test_a_decode_rope_is_the_fast_op_bit_for_bit(dtype, dims, head_dim, base, scale):
+    """The one-token rotation made from shared angles: partial rotary dims, a position scale,
+    half precision, one offset for the batch or one per row, heads or none."""
+    mx.random.seed(2)
+    stock, compiled = _stock_and_compiled(nn.RoPE(dims, base=base, scale=scale))
+    assert compiled._decode is not None
+    for shape in [(1, 4, 1, head_dim), (3, 4, 1, head_dim), (2, 1, head_dim)]:
+        for position in [0, 1, 17, 1023, 4096, 131071]:
+            per_row = mx.array([position + 37 * i for i in range(shape[0])], dtype=mx.int32)
+            for offset in (position, per_row):
+                queries, keys = (mx.random.normal(shape) * 2).astype(dtype), mx.random.normal(shape).astype(dtype)
+                with llm_norms.one_forward():
+                    rotated = compiled(queries, offset), compiled(keys, offset)
+                assert mx.array_equal(rotated[0], stock(queries, offset)).item()
+                assert mx.array_equal(rotated[1], stock(keys, offset)).item()
+
+
+def test_a_layer_shares_its_angles_within_one_forward_only():
+    """Within one pass the keys' call takes the angles the queries' call made for the same
+    offset array; an offset updated in place (same object, new positions) gets new angles in
+    the next pass, and outside a pass nothing is kept."""
+    stock, compiled = _stock_and_compiled(nn.RoPE(32, base=1e4))
+    decode = compiled._decode
+    x = mx.random.normal((2, 4, 1, 32))
+    offset = mx.array([3, 9], dtype=mx.int32)
+    compiled(x, offset)  # makes the compiled angles function for this dtype and rank
+    made = []
+    for key, angles in list(decode._angles.items()):
+        decode._angles[key] = lambda offset, angles=angles: made.append(1) or angles(offset)
+    with llm_norms.one_forward():
+        compiled(x, offset), compiled(x * 2, offset)
+    assert len(made) == 1
+    offset += 5  # as a cache's `offset += n`: the same Python object
+    with llm_norms.one_forward():
+        moved = compiled(x, offset)
+    assert len(made) == 2
+    assert mx.array_equal(moved, stock(x, mx.array([8, 14], dtype=mx.int32))).item()
+    compiled(x, offset), compiled(x, offset)  # no pass: each call makes its own
+    assert len(made) == 4 and decode._last == ()
+
+
 def test_apply_swaps_the_stock_layers_only():
     class GemmaStyleNorm(nn.RMSNorm):  # a model's own subclass: its call is its own
         pass
