@@ -49,6 +49,9 @@ class OutputParser:
         for s in stop:  # stop strings end the answer and the thinking, not a tool call
             self._rules[NORMAL].append((s, _STOP))
             self._rules[REASONING].append((s, _STOP))
+        # state -> the first characters of its markers: a text holding none of them can neither
+        # contain a marker nor end in the start of one (the usual token, passed through at once).
+        self._starts = {state: "".join({m[0] for m, _ in rules}) for state, rules in self._rules.items()}
         self.state = initial_state
         self.stopped = False
         self.stopped_by: Optional[str] = None  # the stop string that matched
@@ -66,6 +69,10 @@ class OutputParser:
             self._emit(text, out)  # nothing to look for in this state: the text as it comes
             return out
         self._buf += text
+        if not any(c in self._buf for c in self._starts[self.state]):
+            self._emit(self._buf, out)
+            self._buf = ""
+            return out
         while True:
             found = self._first_marker()
             if found is None:

@@ -627,9 +627,10 @@ class LLMEngine(EngineThread[_Request]):
             for running in {seq.request for seq in active.values()} | set(parked):
                 self._fail(running, unloaded(self.model_id))
             return False
-        live = {r.rid: r for r in self._in_flight(active)}
-        for rid in round_.abandoned:
-            live[rid].abandoned = True
+        if round_.abandoned:
+            live = {r.rid: r for r in self._in_flight(active)}
+            for rid in round_.abandoned:
+                live[rid].abandoned = True
         for request in round_.arrivals:
             if not self._park(request):
                 self._start(request, active)
@@ -644,6 +645,8 @@ class LLMEngine(EngineThread[_Request]):
         round_ = _Round()
         waited = block  # the other ranks, with the same empty batch, sleep on the doorbell
         while True:
+            if not block and self._inbox.empty():  # a busy engine's usual round: no raise and catch
+                break
             try:
                 request = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
             except queue.Empty:

@@ -1,5 +1,7 @@
 """OutputParser: markers and stop strings split across chunks in every possible way."""
 
+import random
+
 import pytest
 
 from deployments.generation.output import NORMAL, REASONING, OutputParser
@@ -98,3 +100,19 @@ def test_the_parser_names_the_stop_string_that_matched():
     parser.feed("abc XY")
     parser.feed("Z def STOP")
     assert parser.stopped and parser.stopped_by == "XYZ"
+
+
+def test_a_piece_without_a_markers_first_character_passes_as_the_search_would_pass_it():
+    """Text holding no first character of the state's markers is emitted without searching it;
+    fed the same pieces, a parser that always searches gives the same output piece by piece."""
+    rng = random.Random(7)
+    words = ["<think>", "</think>", "<tool_call>", "</tool_call>", "END", "<", "</", "E", "th", "hello ", "\n", "x"]
+    for _ in range(400):
+        text = "".join(rng.choice(words) for _ in range(rng.randrange(1, 12)))
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randrange(0, 6))))
+        kw = dict(stop=["END"], think=THINK, tool_call=TOOL, initial_state=rng.choice([NORMAL, REASONING]))
+        fast, searching = OutputParser(**kw), OutputParser(**kw)
+        searching._starts = dict.fromkeys(searching._starts, "".join(set(text)))  # every piece searched
+        for a, b in zip([0, *cuts], [*cuts, len(text)]):
+            assert fast.feed(text[a:b]) == searching.feed(text[a:b]), (text, cuts)
+        assert fast.finish() == searching.finish()
