@@ -20,7 +20,10 @@ sequence generating exactly `tokens` tokens from its own prompt:
 
 For each: tokens/s, and the host's CPU time per decode step (the driving thread's CPU time over
 the run, divided by the steps; a thread blocked on the device spends none). Repeats alternate
-the systems and report medians (the 2-core machine is noisy). Then, at 16 streams, the same with
+the systems and report medians (the 2-core machine is noisy); each measured run follows a short
+one (16 tokens) of the same system, so that none is measured just after another system ran on
+its own copy of the weights (a run right after one was the slowest of its repeats: the peer's
+after the engine's, the engine's after the peer's). Then, at 16 streams, the same with
 each request held to a JSON schema (llguidance masks, deployments/llm/masks.py): how much of the
 masks' CPU time lands on the step's critical path. And a cProfile of the engine thread at 16
 streams, grouped by where the time goes, into bench/results/profiles/engine-<streams>.txt.
@@ -196,11 +199,12 @@ async def measure(
             for rep in range(repeats):
                 k = rep % len(SYSTEMS)
                 for system in SYSTEMS[k:] + SYSTEMS[:k]:
-                    tag = f"{n}/{rep} "
-                    if system == "engine":
-                        runs[system].append(await run_engine(engine, n, tokens, tag))
-                    else:
-                        runs[system].append(systems[system](tokenizer, n, tokens, tag))
+                    for tag in (f"{n}/{rep} settle ", f"{n}/{rep} "):  # the first settles it in
+                        if system == "engine":
+                            run = await run_engine(engine, n, 16 if "settle" in tag else tokens, tag)
+                        else:
+                            run = systems[system](tokenizer, n, 16 if "settle" in tag else tokens, tag)
+                    runs[system].append(run)
             level = {s: _median(r) for s, r in runs.items()}
             level["engine_vs_batch_generator"] = ratio(
                 level["engine"]["tokens_per_s"], level["batch_generator"]["tokens_per_s"]
