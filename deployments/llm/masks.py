@@ -21,7 +21,7 @@ from deployments.llm.constraints import TokenMask
 class MaskStage:
     def __init__(self):
         self._executor = None
-        self._columns: dict[int, tuple] = {}  # logits width -> (word index, bit, inside) per column
+        self._columns: dict[tuple, np.ndarray] = {}  # (words, width) -> the bits under width, per word
 
     def compute(
         self,
@@ -63,31 +63,38 @@ class MaskStage:
     def apply(self, logits, rows: list[int], bits: np.ndarray, width: int):
         """`logits` ([B, V], or [B, P, V] with drafts) with what each masked row's bits forbid
         at -inf. Columns past the grammar's vocabulary (`width`: logits wider than the
-        tokenizer) are never allowed."""
+        tokenizer) are never allowed.
+
+        Each 32-bit word is shifted by 0..31 (a broadcast, no gather), and the logits are
+        bounded by +inf where allowed and -inf where not: `minimum` keeps a logit or makes it
+        -inf, the same values `where` gives, but on MLX's CPU backend a `where` over [16, 49152]
+        took 3.2 ms and a `minimum` 0.2 ms, and the gather of a word per column 2.3 ms (the whole
+        application 7.3 ms -> 1.1 ms; docs/performance.md section 14). A NaN logit stays NaN
+        either way where allowed; where forbidden it stays NaN too (`where` made it -inf), and a
+        token picked there is refused by the row's matcher (the request fails, it is never
+        answered outside its grammar)."""
         import mlx.core as mx
 
         shape = logits.shape
         batch, columns = shape[0], shape[-1]
         positions = 1 if logits.ndim == 2 else shape[1]
-        full = np.full((batch, positions, bits.shape[1]), -1, dtype=np.int32)
-        full[rows] = bits.reshape(len(rows), positions, bits.shape[1])
-        word, bit, inside = self._layout(columns, bits.shape[1], width)
-        allowed = (mx.take(mx.array(full.reshape(batch * positions, -1)), word, axis=1) >> bit) & 1
-        constrained = np.zeros((batch, positions, 1), dtype=bool)
-        constrained[rows] = True
-        allowed = (allowed != 0) & (inside | mx.array(~constrained.reshape(batch * positions, 1)))
-        allowed = allowed.reshape(shape)
-        return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
+        words = (columns + 31) // 32
+        full = np.full((batch, positions, words), -1, dtype=np.int32)  # unconstrained rows: all
+        given = bits.reshape(len(rows), positions, bits.shape[1])[..., :words]
+        constrained = np.zeros((len(rows), positions, words), dtype=np.int32)  # past the grammar's words: none
+        constrained[..., : given.shape[-1]] = given
+        full[rows] = constrained & self._inside(words, width)
+        count = batch * positions
+        packed = mx.array(full.reshape(count, words))
+        allowed = ((packed[:, :, None] >> mx.arange(32, dtype=mx.int32)) & 1).reshape(count, words * 32)
+        bound = (allowed[:, :columns].astype(logits.dtype) * 2 - 1) * float("inf")  # 1 -> +inf, 0 -> -inf
+        return mx.minimum(logits.reshape(count, columns), bound).reshape(shape)
 
-    def _layout(self, columns: int, words: int, width: int):
-        import mlx.core as mx
-
-        key = (columns, words, width)
+    def _inside(self, words: int, width: int) -> np.ndarray:
+        """[words] int32: the bits of the columns under `width` set."""
+        key = (words, width)
         if key not in self._columns:
-            index = np.arange(columns)
-            self._columns[key] = (
-                mx.array(np.minimum(index // 32, words - 1)),
-                mx.array((index % 32).astype(np.int32)),
-                mx.array(index < width)[None],
-            )
+            inside = np.zeros(words * 32, dtype=bool)
+            inside[:width] = True
+            self._columns[key] = np.packbits(inside, bitorder="little").view(np.int32)
         return self._columns[key]

@@ -118,3 +118,25 @@ def test_the_mask_stage_forbids_exactly_the_cleared_bits():
     assert np.array_equal(np.isfinite(out[0]), np.pad(allowed[0], (0, 6)))
     assert np.isfinite(out[1]).all()  # an unconstrained row is left alone
     assert np.array_equal(np.isfinite(out[2]), np.pad(allowed[1], (0, 6)))
+
+
+def test_the_mask_stage_keeps_each_allowed_logit_as_it_was_and_sets_the_rest_to_minus_inf():
+    """Against a column-by-column reading of the bits, over random batches, draft positions,
+    grammar widths under the logits' and bits past them: the values `where` would give."""
+    rng = np.random.default_rng(3)
+    stage = MaskStage()
+    for _ in range(100):
+        batch, positions, columns = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 200))
+        width = int(rng.integers(1, columns + 1))
+        rows = sorted(rng.choice(batch, size=int(rng.integers(1, batch + 1)), replace=False).tolist())
+        words = (width + 31) // 32 + int(rng.integers(0, 2))
+        bits = rng.integers(-(2**31), 2**31, size=(len(rows) * positions, words), dtype=np.int64).astype(np.int32)
+        logits = mx.random.normal((batch, positions, columns)) * 4
+        out = np.array(stage.apply(logits if positions > 1 else logits[:, 0], rows, bits, width))
+        expected = np.array(logits)
+        for k, row in enumerate(rows):
+            for j in range(positions):
+                word = bits[k * positions + j]
+                allowed = [c < width and (int(word[c // 32]) >> (c % 32)) & 1 for c in range(columns)]
+                expected[row, j, ~np.array(allowed, dtype=bool)] = -np.inf
+        assert np.array_equal(out.reshape(expected.shape), expected)
