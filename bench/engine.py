@@ -188,23 +188,24 @@ async def measure(
         "batch_generator": lambda *a: run_batch_generator(model, *a),
         "batch_generator_norms": lambda *a: run_batch_generator(served, *a),
     }
+
+    async def run_system(system: str, n: int, count: int, tag: str) -> dict:
+        if system == "engine":
+            return await run_engine(engine, n, count, tag)
+        return systems[system](tokenizer, n, count, tag)
+
     try:
         for warm in range(2):  # first shapes, first allocations
-            await run_engine(engine, 4, 8, f"warm{warm} ")
-            for system in systems.values():
-                system(tokenizer, 4, 8, f"warm{warm} ")
+            for system in SYSTEMS:
+                await run_system(system, 4, 8, f"warm{warm} ")
         levels = {}
         for n in streams:
             runs = {s: [] for s in SYSTEMS}
             for rep in range(repeats):
                 k = rep % len(SYSTEMS)
                 for system in SYSTEMS[k:] + SYSTEMS[:k]:
-                    for tag in (f"{n}/{rep} settle ", f"{n}/{rep} "):  # the first settles it in
-                        if system == "engine":
-                            run = await run_engine(engine, n, 16 if "settle" in tag else tokens, tag)
-                        else:
-                            run = systems[system](tokenizer, n, 16 if "settle" in tag else tokens, tag)
-                    runs[system].append(run)
+                    await run_system(system, n, 16, f"{n}/{rep} settle ")  # its steady state (module doc)
+                    runs[system].append(await run_system(system, n, tokens, f"{n}/{rep} "))
             level = {s: _median(r) for s, r in runs.items()}
             level["engine_vs_batch_generator"] = ratio(
                 level["engine"]["tokens_per_s"], level["batch_generator"]["tokens_per_s"]

@@ -21,7 +21,7 @@ from deployments.llm.constraints import TokenMask
 class MaskStage:
     def __init__(self):
         self._executor = None
-        self._columns: dict[tuple, np.ndarray] = {}  # (words, width) -> the bits under width, per word
+        self._inside_bits: dict[tuple, np.ndarray] = {}  # (words, width) -> the bits under width, per word
 
     def compute(
         self,
@@ -93,8 +93,8 @@ class MaskStage:
     def _inside(self, words: int, width: int) -> np.ndarray:
         """[words] int32: the bits of the columns under `width` set."""
         key = (words, width)
-        if key not in self._columns:
+        if key not in self._inside_bits:
             inside = np.zeros(words * 32, dtype=bool)
             inside[:width] = True
-            self._columns[key] = np.packbits(inside, bitorder="little").view(np.int32)
-        return self._columns[key]
+            self._inside_bits[key] = np.packbits(inside, bitorder="little").view(np.int32)
+        return self._inside_bits[key]
