@@ -4,8 +4,9 @@ every route (HTTP speech, SSE, WebSocket).
 - `pcm`: raw signed 16-bit little-endian mono; chunk-safe.
 - `wav`: PCM16 in RIFF. `wav_header(None)` is a streaming header whose size fields are
   0xFFFFFFFF ("unknown length", what OpenAI's API streams), so WAV streams chunk by chunk too.
-- `mp3`, `flac`, `opus` (in Ogg): soundfile/libsndfile encodes the complete audio.
-- `aac` (in ADTS): ffmpeg when installed, else an `UnsupportedFormat`.
+- `mp3`, `opus` (in Ogg): soundfile/libsndfile; streamed as they are encoded (`StreamEncoder`).
+- `flac`: soundfile/libsndfile, the complete audio (see `StreamEncoder` for why).
+- `aac` (in ADTS): ffmpeg when installed, else an `UnsupportedFormat`; the complete audio.
 
 No Ray, no MLX.
 """
@@ -98,8 +99,10 @@ def encode(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
 class StreamEncoder:
     """Encodes audio arriving chunk by chunk: `feed` returns bytes to send now, `finish` the rest.
 
-    Streamable formats send each chunk as it comes (WAV: a streaming header first); the others
-    collect the samples and encode the whole audio in `finish`.
+    `pcm` and `wav` send each chunk as it comes (WAV: a streaming header first). `mp3` and `opus`
+    send what libsndfile has encoded so far (`_EncodedStream`). `flac` and `aac` collect the
+    samples and encode the whole audio in `finish`: a FLAC stream's header cannot carry its
+    length, and soundfile, among other readers, then refuses it; `aac` goes through ffmpeg.
     """
 
     def __init__(self, fmt: str, sample_rate: int):
@@ -108,18 +111,28 @@ class StreamEncoder:
         self.sample_rate = sample_rate
         self._header_sent = False
         self._pending: list[np.ndarray] = []
+        self._encoded = _EncodedStream(fmt, sample_rate) if _streams_encoded(fmt, sample_rate) else None
 
     @property
     def streaming(self) -> bool:
-        return self.fmt in STREAMABLE
+        return self.fmt in STREAMABLE or self._encoded is not None
+
+    @property
+    def costly(self) -> bool:
+        """Whether `feed` runs a codec (worth a thread off an event loop) rather than a copy."""
+        return self.fmt not in STREAMABLE
 
     def feed(self, samples: np.ndarray) -> bytes:
+        if self._encoded is not None:
+            return self._encoded.write(samples)
         if not self.streaming:
             self._pending.append(np.asarray(samples, dtype=np.float32).reshape(-1))
             return b""
         return self._header() + to_pcm16(samples)
 
     def finish(self) -> bytes:
+        if self._encoded is not None:
+            return self._encoded.close()
         if self.streaming:
             return self._header()  # an empty stream is still a valid (empty) WAV
         audio = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
@@ -130,6 +143,107 @@ class StreamEncoder:
             return b""
         self._header_sent = True
         return wav_header(self.sample_rate)
+
+
+def _streams_encoded(fmt: str, sample_rate: int) -> bool:
+    # Opus runs at five rates only; the whole audio is resampled for the others (`_soundfile`),
+    # which chunk by chunk would click at every boundary.
+    return fmt == "mp3" or (fmt == "opus" and sample_rate in _OPUS_RATES)
+
+
+class _EncodedStream:
+    """libsndfile encoding into memory, handing out the bytes as they are appended.
+
+    For a whole file libsndfile goes back at close to rewrite its first bytes: the LAME tag of a
+    VBR MP3, with a frame count a stream cannot know (sent as the placeholder it is while
+    streaming, decoders trust its zero count: mpg123 read 0.4 s of 2 s). A stream is constant
+    bitrate instead, which has no tag, and whose length decoders then tell from its size. Ogg
+    Opus pages are final once written; they are flushed every 100 ms of audio instead of
+    libsndfile's default 1 s, so a chunk's audio leaves with it.
+    """
+
+    def __init__(self, fmt: str, sample_rate: int):
+        import soundfile as sf
+
+        self._sink = _AppendOnly()
+        container, subtype = _SOUNDFILE[fmt]
+        self._file = sf.SoundFile(
+            self._sink, "w", samplerate=sample_rate, channels=1, format=container, subtype=subtype
+        )
+        if fmt == "mp3":
+            _sf_command(self._file, _SFC_SET_BITRATE_MODE, "int", _SF_BITRATE_MODE_CONSTANT)
+        if fmt == "opus":
+            _sf_command(self._file, _SFC_SET_OGG_PAGE_LATENCY_MS, "double", _OPUS_PAGE_MS)
+
+    def write(self, samples: np.ndarray) -> bytes:
+        self._file.write(np.clip(np.asarray(samples, dtype=np.float32).reshape(-1), -1.0, 1.0))
+        return self._sink.take()
+
+    def close(self) -> bytes:
+        if not self._file.closed:
+            self._file.close()
+        return self._sink.take()
+
+
+# sndfile.h's commands and values that soundfile has no names for.
+_SFC_SET_OGG_PAGE_LATENCY_MS = 0x1302
+_SFC_SET_BITRATE_MODE = 0x1305
+_SF_BITRATE_MODE_CONSTANT = 0
+_OPUS_PAGE_MS = 100.0
+
+
+def _sf_command(file, command: int, ctype: str, value) -> None:
+    import soundfile as sf
+
+    data = sf._ffi.new(f"{ctype}*", value)
+    if sf._snd.sf_command(file._file, command, data, sf._ffi.sizeof(ctype)) != 0:
+        raise RuntimeError(f"libsndfile refused command {command:#x}")
+
+
+class _AppendOnly(io.RawIOBase):
+    """A seekable in-memory file whose bytes are handed out once each, as they are appended."""
+
+    def __init__(self):
+        self._data = bytearray()
+        self._pos = 0
+        self._sent = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        b = bytes(b)
+        end = self._pos + len(b)
+        if end > len(self._data):
+            self._data.extend(bytes(end - len(self._data)))
+        self._data[self._pos : end] = b
+        self._pos = end
+        return len(b)
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size is None or size < 0 else self._pos + size
+        chunk = bytes(self._data[self._pos : end])
+        self._pos += len(chunk)
+        return chunk
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def take(self) -> bytes:
+        chunk = bytes(self._data[self._sent :])
+        self._sent = len(self._data)
+        return chunk
 
 
 def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:

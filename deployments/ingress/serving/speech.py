@@ -3,7 +3,7 @@ per-family TTS routes): `ServingSpeech` turns a parsed request into a synthesis 
 as audio bytes or SSE events.
 
 Output: `?format=` (OminiX-API) wins over `response_format`, which defaults to WAV (see README).
-pcm and wav stream as the audio is generated; mp3/flac/opus/aac are encoded when it ends.
+pcm, wav, mp3 and opus stream as the audio is generated; flac and aac are encoded when it ends.
 `stream: true` answers MiniInfer's SSE, `stream_format: "sse"` OpenAI's; both carry base64 PCM.
 """
 
@@ -119,7 +119,8 @@ def output_format(query: Optional[str], requested: Optional[str], sse: Optional[
 
 
 async def audio_response(speech: SpeechStream, fmt: str) -> Response:
-    """The audio as bytes in `fmt`: streamed chunk by chunk for pcm/wav, whole file otherwise."""
+    """The audio as bytes in `fmt`: streamed chunk by chunk for pcm, wav, mp3 and opus (at an
+    Opus rate), the whole file for flac and aac."""
     encoder = StreamEncoder(fmt, speech.sample_rate)
     headers = pcm_headers(speech.sample_rate)
     if not encoder.streaming:
@@ -134,14 +135,20 @@ async def audio_response(speech: SpeechStream, fmt: str) -> Response:
     async def body() -> AsyncIterator[bytes]:
         try:
             async for samples in speech.audio():
-                yield encoder.feed(samples)
+                yield await _off_the_loop(encoder, encoder.feed, samples)
         except Exception as e:  # the status is sent: the stream just ends (logged)
             logger.warning("Speech stream failed after its headers were sent: %s", from_exception(e).message)
-        tail = encoder.finish()
+        tail = await _off_the_loop(encoder, encoder.finish)
         if tail:
             yield tail
 
     return StreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+async def _off_the_loop(encoder: StreamEncoder, step, *args) -> bytes:
+    """An encoder's step: a codec's in a thread (a segment's MP3 is milliseconds of CPU that
+    other requests' streams would wait on), a copy's in place."""
+    return await asyncio.to_thread(step, *args) if encoder.costly else step(*args)
 
 
 def _b64(data: bytes) -> str:

@@ -3,6 +3,7 @@
 import base64
 import io
 import shutil
+import subprocess
 import wave
 
 import numpy as np
@@ -75,9 +76,57 @@ def test_empty_wav_stream_still_has_a_header():
 
 def test_buffered_formats_encode_at_finish():
     encoder = enc.StreamEncoder("flac", RATE)
-    assert not encoder.streaming
+    assert not encoder.streaming and encoder.costly
     assert encoder.feed(tone()) == b""
     assert sf.info(io.BytesIO(encoder.finish())).frames == RATE // 2
+    # Opus at a rate it does not run at: resampled as a whole, so not streamed
+    assert not enc.StreamEncoder("opus", 22050).streaming
+
+
+def lag_of(decoded: np.ndarray, sent: np.ndarray) -> int:
+    """Where `sent` starts in `decoded` (a codec's delay), by cross-correlation."""
+    return max(range(3000), key=lambda lag: float(np.dot(decoded[lag : lag + RATE // 2], sent[: RATE // 2])))
+
+
+def ffmpeg_decode(data: bytes) -> np.ndarray:
+    cmd = [
+        "ffmpeg",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-i",
+        "pipe:0",
+        "-f",
+        "f32le",
+        "-ac",
+        "1",
+        "-ar",
+        str(RATE),
+        "pipe:1",
+    ]
+    result = subprocess.run(cmd, input=data, capture_output=True, timeout=60, check=True)
+    return np.frombuffer(result.stdout, np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus"])
+def test_mp3_and_opus_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
+    audio = tone(2.0, freq=220.0) * np.linspace(1.0, 0.2, 2 * RATE, dtype=np.float32)  # not periodic
+    encoder = enc.StreamEncoder(fmt, RATE)
+    assert encoder.streaming and encoder.costly
+    chunk = RATE // 10
+    parts = [encoder.feed(audio[i : i + chunk]) for i in range(0, audio.size, chunk)]
+    parts.append(encoder.finish())
+    assert all(parts[:-1]), [len(p) for p in parts]  # each 100 ms chunk sends bytes at once
+    data = b"".join(parts)
+    decoders = [sf.read(io.BytesIO(data), dtype="float32")[0]] + (
+        [ffmpeg_decode(data)] if shutil.which("ffmpeg") else []
+    )
+    for decoded in decoders:
+        # the whole length (a streamed VBR MP3 read as 0.4 s of 2), the codec's delay aside
+        assert abs(decoded.size - audio.size) < 0.1 * RATE
+        lag = lag_of(decoded, audio)
+        n = min(decoded.size - lag, audio.size)
+        assert lag < 0.06 * RATE and np.corrcoef(decoded[lag : lag + n], audio[:n])[0, 1] > 0.99
 
 
 def test_resample_length_and_identity():
