@@ -1,10 +1,13 @@
 """The speech route's audio bytes leave as the slot makes the audio (`audio_response`,
-deployments/ingress/serving/speech.py): pcm, wav, mp3 and opus a chunk at a time, flac whole."""
+deployments/ingress/serving/speech.py): pcm, wav, mp3 and opus a chunk at a time, flac whole;
+OpenAI's SSE carries the response format, MiniInfer's PCM only."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import json
 
 import numpy as np
 import pytest
@@ -56,3 +59,28 @@ async def test_flac_is_encoded_whole():
     assert not isinstance(response, StreamingResponse)
     assert [what for what, _ in log] == ["made"] * 3
     assert sf.info(io.BytesIO(response.body)).frames == 3 * 7200
+
+
+def sse_events(text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "wav", None])
+async def test_openai_sse_carries_the_response_format(http, fmt):
+    body = {"input": "Hello there.", "stream_format": "sse", **({"response_format": fmt} if fmt else {})}
+    r = await http.post("/v1/audio/speech", json=body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r.text)
+    assert events[-1]["type"] == "speech.audio.done" and {e["type"] for e in events[:-1]} == {"speech.audio.delta"}
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    seconds = events[-1]["audio_seconds"]
+    if fmt is None:  # PCM unless a format is named
+        assert len(audio) == 2 * round(seconds * RATE) > 0
+        return
+    decoded, rate = sf.read(io.BytesIO(audio), dtype="float32")
+    assert rate == RATE and abs(decoded.size / RATE - seconds) < 0.1 and seconds > 0
+
+
+async def test_miniinfer_sse_is_pcm_only(http):
+    r = await http.post("/v1/audio/speech", json={"input": "Hello.", "stream": True, "response_format": "mp3"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"

@@ -4,7 +4,8 @@ as audio bytes or SSE events.
 
 Output: `?format=` (OminiX-API) wins over `response_format`, which defaults to WAV (see README).
 pcm, wav, mp3 and opus stream as the audio is generated; flac and aac are encoded when it ends.
-`stream: true` answers MiniInfer's SSE, `stream_format: "sse"` OpenAI's; both carry base64 PCM.
+`stream: true` answers MiniInfer's SSE (base64 PCM), `stream_format: "sse"` OpenAI's (base64 audio in
+the response format, PCM by default).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class ServingSpeech:
         speech = await SpeechStream.open(self.state, params, model)
         await keep_model_alive(self.state, "tts", model, request.keep_alive)
         if sse == "openai":
-            return openai_sse(speech)
+            return openai_sse(speech, fmt)
         if sse == "miniinfer":
             return miniinfer_sse(speech)
         return await audio_response(speech, fmt)
@@ -101,16 +102,17 @@ def _reference(encoded: Optional[str]) -> Optional[bytes]:
 
 
 def output_format(query: Optional[str], requested: Optional[str], sse: Optional[str]) -> str:
-    """The response format, checked before any synthesis starts."""
-    if sse is not None:
-        # Both SSE flavours carry raw PCM; another container inside base64 deltas is not offered.
+    """The response format, checked before any synthesis starts. OpenAI's SSE carries any format
+    (PCM unless one is named); MiniInfer's carries PCM only."""
+    if sse == "miniinfer":
         if (query or requested or "pcm") != "pcm":
             raise invalid_request(
-                "SSE speech streams carry base64 PCM (s16le mono); use response_format 'pcm' or omit it",
+                "MiniInfer's SSE speech stream (stream: true) carries base64 PCM (s16le mono); use "
+                "response_format 'pcm' or omit it, or stream_format 'sse' for OpenAI's events in any format",
                 "response_format",
             )
         return "pcm"
-    fmt = (query or requested or DEFAULT_RESPONSE_FORMAT).lower()
+    fmt = (query or requested or ("pcm" if sse else DEFAULT_RESPONSE_FORMAT)).lower()
     try:
         check_format(fmt)
     except UnsupportedFormat as e:
@@ -167,15 +169,19 @@ def miniinfer_sse(speech: SpeechStream) -> StreamingResponse:
     return response
 
 
-def openai_sse(speech: SpeechStream) -> StreamingResponse:
-    """OpenAI `stream_format: "sse"`: `speech.audio.delta` events with base64 s16le, then one
+def openai_sse(speech: SpeechStream, fmt: str = "pcm") -> StreamingResponse:
+    """OpenAI `stream_format: "sse"`: `speech.audio.delta` events with base64 audio in `fmt` (the
+    stream `audio_response` would send, cut where the audio was made), then one
     `speech.audio.done` (no [DONE] line: OpenAI's speech stream has none)."""
 
     async def events() -> AsyncIterator[dict]:
-        samples = 0
-        async for pcm in speech.pcm():
-            samples += len(pcm) // 2
-            yield {"type": "speech.audio.delta", "audio": _b64(pcm)}
+        encoder, samples = StreamEncoder(fmt, speech.sample_rate), 0
+        async for chunk in speech.audio():
+            samples += chunk.size
+            if data := await _off_the_loop(encoder, encoder.feed, chunk):
+                yield {"type": "speech.audio.delta", "audio": _b64(data)}
+        if tail := await _off_the_loop(encoder, encoder.finish):
+            yield {"type": "speech.audio.delta", "audio": _b64(tail)}
         # Token counts do not exist for this model family: reported as 0, with the real duration.
         usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         yield {"type": "speech.audio.done", "usage": usage, "audio_seconds": samples / speech.sample_rate}
