@@ -207,13 +207,14 @@ async def test_worker_down_is_503():
 
 
 async def test_timeout_is_504_and_aborts(fresh):
-    fresh.behaviour, fresh.slow_s = "slow", 2.5
+    fresh.behaviour, fresh.slow_s = "slow", 6
     client = ShimClient(make_route(fresh, timeout_s=1))
     started = time.monotonic()
     with pytest.raises(APIError) as info:
         await client.complete(chat())
     assert info.value.status_code == 504 and info.value.message == "The CUDA inference backend timed out"
-    assert time.monotonic() - started < 2.4
+    # answered on the 1 s timeout, not with the worker's answer at 6 s (room for a loaded CI box)
+    assert time.monotonic() - started < 4.5
     await settle(fresh, 1)
     assert len(fresh.aborts) == 1
     await client.aclose()
