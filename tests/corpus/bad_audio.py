@@ -487,7 +487,7 @@ WS_CASES = [
     ({"event": "task_start", "voice_setting": {"speed": -1}}, "voice_setting.speed must be"),
     ('{"event": "task_start", "voice_setting": {"speed": NaN}}', "voice_setting.speed must be"),
     ('{"event": "task_start", "voice_setting": {"speed": Infinity}}', "voice_setting.speed must be"),
-    ({"event": "task_start", "audio_setting": {"format": "mp3"}}, "Unsupported audio format: mp3"),
+    ({"event": "task_start", "audio_setting": {"format": "aac"}}, "Unsupported audio format: aac"),
     ({"event": "task_start", "audio_setting": {"format": None}}, "Unsupported audio format: none"),
     ({"event": "task_start", "audio_setting": {"format": "../wav"}}, "Unsupported audio format: ../wav"),
     ({"event": "task_start", "model": 5}, "'model' must be a string"),

@@ -116,7 +116,7 @@ async def test_task_start_is_optional_and_empty_text_is_final_only(ws_url):
             "TTS error: Voice 'nobody' is not available",
         ),
         ({"event": "task_continue", "text": "x" * 4097}, "Text too long: 4097 characters (maximum 4096)"),
-        ({"event": "task_start", "audio_setting": {"format": "mp3"}}, "Unsupported audio format: mp3"),
+        ({"event": "task_start", "audio_setting": {"format": "aac"}}, "Unsupported audio format: aac"),
         ({"event": "task_start", "voice_setting": {"speed": 9}}, "voice_setting.speed must be"),
         ({"event": "task_start", "model": "nope"}, "TTS error: The model 'nope' does not exist"),
     ],

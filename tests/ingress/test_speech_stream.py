@@ -1,6 +1,7 @@
 """The speech route's audio bytes leave as the slot makes the audio (`audio_response`,
 deployments/ingress/serving/speech.py): pcm, wav, mp3 and opus a chunk at a time, flac whole;
-OpenAI's SSE carries the response format, MiniInfer's PCM only."""
+OpenAI's SSE carries the response format, MiniInfer's PCM only; the WebSocket TTS session
+(tts_sessions.py) speaks MiniMax T2A's mp3 and flac too."""
 
 from __future__ import annotations
 
@@ -84,3 +85,22 @@ async def test_openai_sse_carries_the_response_format(http, fmt):
 async def test_miniinfer_sse_is_pcm_only(http):
     r = await http.post("/v1/audio/speech", json={"input": "Hello.", "stream": True, "response_format": "mp3"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "flac"])
+def test_the_websocket_speaks_minimax_formats(app, fmt):
+    """MiniMax T2A's clients ask for mp3 by default; each text's progress frames join into one file."""
+    from starlette.testclient import TestClient
+
+    with TestClient(app).websocket_connect("/ws/v1/tts") as ws:
+        assert ws.receive_json() == {"event": "connected_success"}
+        ws.send_json({"event": "task_start", "audio_setting": {"format": fmt}})
+        assert ws.receive_json()["format"] == fmt
+        for _ in range(2):  # every text its own file
+            ws.send_json({"event": "task_continue", "text": "Hello there."})
+            frames = []
+            while not (frame := ws.receive_json())["is_final"]:
+                frames.append(bytes.fromhex(frame["data"]["audio"]))
+            assert frames and all(frames)
+            decoded, rate = sf.read(io.BytesIO(b"".join(frames)), dtype="float32")
+            assert rate == RATE and abs(decoded.size - 0.1 * RATE) < 0.1 * RATE

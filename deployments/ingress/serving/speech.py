@@ -24,7 +24,7 @@ from deployments.audio.reference import MAX_REFERENCE_BYTES, BadReferenceAudio, 
 from deployments.ingress.errors import from_exception
 from deployments.ingress.responses import sse_response
 from deployments.ingress.serving.keep_alive import keep_model_alive
-from deployments.ingress.serving.speech_stream import SpeechStream, pcm_headers
+from deployments.ingress.serving.speech_stream import SpeechStream, encoder_step, pcm_headers
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request
 from deployments.protocol.speech import DEFAULT_RESPONSE_FORMAT, SpeechRequest, SynthesisParams
@@ -137,20 +137,14 @@ async def audio_response(speech: SpeechStream, fmt: str) -> Response:
     async def body() -> AsyncIterator[bytes]:
         try:
             async for samples in speech.audio():
-                yield await _off_the_loop(encoder, encoder.feed, samples)
+                yield await encoder_step(encoder, encoder.feed, samples)
         except Exception as e:  # the status is sent: the stream just ends (logged)
             logger.warning("Speech stream failed after its headers were sent: %s", from_exception(e).message)
-        tail = await _off_the_loop(encoder, encoder.finish)
+        tail = await encoder_step(encoder, encoder.finish)
         if tail:
             yield tail
 
     return StreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=headers)
-
-
-async def _off_the_loop(encoder: StreamEncoder, step, *args) -> bytes:
-    """An encoder's step: a codec's in a thread (a segment's MP3 is milliseconds of CPU that
-    other requests' streams would wait on), a copy's in place."""
-    return await asyncio.to_thread(step, *args) if encoder.costly else step(*args)
 
 
 def _b64(data: bytes) -> str:
@@ -178,9 +172,9 @@ def openai_sse(speech: SpeechStream, fmt: str = "pcm") -> StreamingResponse:
         encoder, samples = StreamEncoder(fmt, speech.sample_rate), 0
         async for chunk in speech.audio():
             samples += chunk.size
-            if data := await _off_the_loop(encoder, encoder.feed, chunk):
+            if data := await encoder_step(encoder, encoder.feed, chunk):
                 yield {"type": "speech.audio.delta", "audio": _b64(data)}
-        if tail := await _off_the_loop(encoder, encoder.finish):
+        if tail := await encoder_step(encoder, encoder.finish):
             yield {"type": "speech.audio.delta", "audio": _b64(tail)}
         # Token counts do not exist for this model family: reported as 0, with the real duration.
         usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}

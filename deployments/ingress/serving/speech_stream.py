@@ -1,5 +1,6 @@
 """A synthesis on the TTS slot, as every speech surface opens it (HTTP speech, WebSocket TTS
-sessions, the voice agent): the slot's stream of `SpeechChunk`s as float32 samples or PCM16.
+sessions, the voice agent): the slot's stream of `SpeechChunk`s as float32 samples or PCM16,
+and `encoder_step` for the surfaces that encode it.
 
 The slot's first chunk (empty, with the sample rate) is awaited before any byte is sent, so
 an unknown voice, a bad reference or an unsupported option still gets its 4xx status.
@@ -7,12 +8,13 @@ an unknown voice, a bad reference or an unsupported option still gets its 4xx st
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from typing import Optional
 
 import numpy as np
 
-from deployments.audio.encode import to_pcm16
+from deployments.audio.encode import StreamEncoder, to_pcm16
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import server_error
@@ -54,3 +56,9 @@ def pcm_headers(sample_rate: int) -> dict[str, str]:
         "X-Audio-Channels": "1",
         "X-Audio-Bits-Per-Sample": "16",
     }
+
+
+async def encoder_step(encoder: StreamEncoder, step: Callable[..., bytes], *args) -> bytes:
+    """One of the encoder's steps (`feed`, `finish`): a codec's in a thread (a segment's MP3 is
+    milliseconds of CPU that other requests' streams would wait on), a copy's in place."""
+    return await asyncio.to_thread(step, *args) if encoder.costly else step(*args)

@@ -17,11 +17,13 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from deployments.audio.encode import StreamEncoder
 from deployments.ingress.errors import from_exception
-from deployments.ingress.serving.speech_stream import SpeechStream
+from deployments.ingress.serving.speech_stream import SpeechStream, encoder_step
 from deployments.ingress.state import IngressState
 from deployments.protocol.speech import SynthesisParams
 
-WS_FORMATS = ("pcm", "wav")
+# MiniMax T2A's formats: pcm and wav as OminiX-API frames them, mp3 (MiniMax's default) streamed,
+# flac whole at the end of each text (deployments/audio/encode.py).
+WS_FORMATS = ("pcm", "wav", "mp3", "flac")
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
@@ -60,7 +62,7 @@ class SessionSettings:
         if audio_setting is not None and "format" in audio_setting:
             fmt = str(audio_setting["format"]).lower()
             if fmt not in WS_FORMATS:
-                raise SessionError(f"Unsupported audio format: {fmt} (use {' or '.join(WS_FORMATS)})")
+                raise SessionError(f"Unsupported audio format: {fmt} (use {', '.join(WS_FORMATS)})")
             self.format = fmt
         model = _string(message, "model", "model")
         if model:
@@ -167,13 +169,14 @@ class TTSSession:
             speech = await SpeechStream.open(self.state, params, model)
             encoder = StreamEncoder(self.settings.format, speech.sample_rate)
             async for samples in speech.audio():
-                await self._progress(encoder.feed(samples), False)
+                if audio := await encoder_step(encoder, encoder.feed, samples):
+                    await self._progress(audio, False)
+            # A text with no audio still gets a WAV header in wav mode; then the final marker.
+            tail = await encoder_step(encoder, encoder.finish)
         except (ClientGone, WebSocketDisconnect):
             raise
         except Exception as e:
             raise SessionError(f"TTS error: {from_exception(e).message}") from None
-        # A text with no audio still gets a WAV header in wav mode; then the final marker.
-        tail = encoder.finish()
         if tail:
             await self._progress(tail, False)
         await self._progress(b"", True)
