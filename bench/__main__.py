@@ -33,7 +33,8 @@ SCENARIOS = ("llm", "asr", "tts", "memory")  # the default set
 # at once). Constrained decoding's cost: tok/s with a JSON schema and without, in process, and
 # what check-and-retry costs. JSONSchemaBench's real schemas on the graph, from a local clone
 # (--data DIR): coverage, answers invalid, beside what llguidance alone compiles. LoRA adapters
-# mixed in one batch against the base alone and mlx_lm.server switching adapters.
+# mixed in one batch against the base alone and mlx_lm.server switching adapters. Kokoro's speech
+# in every response format: when the first byte leaves (streamed, or encoded whole), in process.
 EXTRA_SCENARIOS = (
     "cuda_proxy",
     "prefix",
@@ -57,6 +58,7 @@ EXTRA_SCENARIOS = (
     "sharded",
     "jsonschemabench",
     "lora",
+    "speech_formats",
 )
 PRESETS = {  # LLM concurrency, repeats, tokens per request; ASR/TTS rounds, utterances per ASR client
     "full": {"concurrency": [1, 4, 16, 32], "repeats": 3, "tokens": 64, "asr_rounds": 3, "asr_utterances": 2},

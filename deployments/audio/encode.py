@@ -154,12 +154,13 @@ def _streams_encoded(fmt: str, sample_rate: int) -> bool:
 class _EncodedStream:
     """libsndfile encoding into memory, handing out the bytes as they are appended.
 
-    For a whole file libsndfile goes back at close to rewrite its first bytes: the LAME tag of a
-    VBR MP3, with a frame count a stream cannot know (sent as the placeholder it is while
-    streaming, decoders trust its zero count: mpg123 read 0.4 s of 2 s). A stream is constant
-    bitrate instead, which has no tag, and whose length decoders then tell from its size. Ogg
-    Opus pages are final once written; they are flushed every 100 ms of audio instead of
-    libsndfile's default 1 s, so a chunk's audio leaves with it.
+    MP3 is constant bitrate (~80 kbit/s at 24 kHz: what a whole file's VBR spends on speech and
+    more; libsndfile's default CBR is 32). Its first frame is LAME's tag, a placeholder that
+    libsndfile fills at close with the frame count: sent as the zeros it is while streaming,
+    decoders would trust it (a VBR stream with it read as 0.4 s of 2), so the stream leaves that
+    frame out; a CBR stream's length is then told from its size. Ogg Opus pages are final once
+    written; they are flushed every 100 ms of audio instead of libsndfile's default 1 s, so a
+    chunk's audio leaves with it.
     """
 
     def __init__(self, fmt: str, sample_rate: int):
@@ -172,32 +173,75 @@ class _EncodedStream:
         )
         if fmt == "mp3":
             _sf_command(self._file, _SFC_SET_BITRATE_MODE, "int", _SF_BITRATE_MODE_CONSTANT)
+            _sf_command(self._file, _SFC_SET_COMPRESSION_LEVEL, "double", _MP3_STREAM_LEVEL)
         if fmt == "opus":
             _sf_command(self._file, _SFC_SET_OGG_PAGE_LATENCY_MS, "double", _OPUS_PAGE_MS)
+        self._tag_checked = fmt != "mp3"
 
     def write(self, samples: np.ndarray) -> bytes:
         self._file.write(np.clip(np.asarray(samples, dtype=np.float32).reshape(-1), -1.0, 1.0))
-        return self._sink.take()
+        return self._take(final=False)
 
     def close(self) -> bytes:
         if not self._file.closed:
             self._file.close()
+        return self._take(final=True)
+
+    def _take(self, final: bool) -> bytes:
+        if not self._tag_checked:
+            length = mp3_tag_frame_length(self._sink.unsent())
+            if length is None and not final:
+                return b""  # too few bytes yet to tell
+            self._sink.skip(length or 0)
+            self._tag_checked = True
         return self._sink.take()
 
 
-# sndfile.h's commands and values that soundfile has no names for.
+# sndfile.h's commands and values that soundfile has no names for. sf_command's return value
+# means something else for each command, so the effects are what the tests check.
+_SFC_SET_COMPRESSION_LEVEL = 0x1301
 _SFC_SET_OGG_PAGE_LATENCY_MS = 0x1302
 _SFC_SET_BITRATE_MODE = 0x1305
 _SF_BITRATE_MODE_CONSTANT = 0
+_MP3_STREAM_LEVEL = 0.5  # 0..1 over the MPEG version's bitrates, high to low: 80 kbit/s at 24 kHz
 _OPUS_PAGE_MS = 100.0
 
 
 def _sf_command(file, command: int, ctype: str, value) -> None:
     import soundfile as sf
 
-    data = sf._ffi.new(f"{ctype}*", value)
-    if sf._snd.sf_command(file._file, command, data, sf._ffi.sizeof(ctype)) != 0:
-        raise RuntimeError(f"libsndfile refused command {command:#x}")
+    sf._snd.sf_command(file._file, command, sf._ffi.new(f"{ctype}*", value), sf._ffi.sizeof(ctype))
+
+
+# MPEG audio Layer III frame headers (ISO 11172-3, 13818-3): kbit/s by the bitrate index for
+# MPEG-1 and for MPEG-2/2.5, sample rates by the version bits (3: MPEG-1, 2: MPEG-2, 0: 2.5).
+_MPEG1_KBPS = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+_MPEG2_KBPS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
+_MPEG_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+
+
+def mp3_tag_frame_length(head: bytes) -> Optional[int]:
+    """The length of the LAME/Xing tag frame `head` opens with (its placeholder is zeros after
+    the header; filled, it names itself Xing or Info), 0 if it opens with another frame or no
+    Layer III frame, None if too few bytes are there to tell."""
+    if len(head) < 4:
+        return None
+    version, layer = (head[1] >> 3) & 3, (head[1] >> 1) & 3
+    bitrate_index, rate_index, padding = head[2] >> 4, (head[2] >> 2) & 3, (head[2] >> 1) & 1
+    if head[0] != 0xFF or head[1] & 0xE0 != 0xE0 or version == 1 or layer != 1:
+        return 0
+    if bitrate_index in (0, 15) or rate_index == 3:
+        return 0
+    mpeg1 = version == 3
+    kbps = (_MPEG1_KBPS if mpeg1 else _MPEG2_KBPS)[bitrate_index]
+    length = (144 if mpeg1 else 72) * kbps * 1000 // _MPEG_RATES[version][rate_index] + padding
+    if len(head) < length:
+        return None
+    mono = head[3] >> 6 == 3
+    side_info = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    body = head[4:length]
+    is_tag = not any(body) or body[side_info : side_info + 4] in (b"Xing", b"Info")
+    return length if is_tag else 0
 
 
 class _AppendOnly(io.RawIOBase):
@@ -239,6 +283,12 @@ class _AppendOnly(io.RawIOBase):
 
     def tell(self) -> int:
         return self._pos
+
+    def unsent(self) -> bytes:
+        return bytes(self._data[self._sent :])
+
+    def skip(self, size: int) -> None:
+        self._sent = min(len(self._data), self._sent + size)
 
     def take(self) -> bytes:
         chunk = bytes(self._data[self._sent :])

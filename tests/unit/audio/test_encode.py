@@ -110,7 +110,8 @@ def ffmpeg_decode(data: bytes) -> np.ndarray:
 
 @pytest.mark.parametrize("fmt", ["mp3", "opus"])
 def test_mp3_and_opus_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
-    audio = tone(2.0, freq=220.0) * np.linspace(1.0, 0.2, 2 * RATE, dtype=np.float32)  # not periodic
+    t = np.arange(2 * RATE) / RATE
+    audio = (0.4 * np.sin(2 * np.pi * (150 * t + 300 * t**2))).astype(np.float32)  # a sweep: one alignment
     encoder = enc.StreamEncoder(fmt, RATE)
     assert encoder.streaming and encoder.costly
     chunk = RATE // 10
@@ -127,6 +128,19 @@ def test_mp3_and_opus_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
         lag = lag_of(decoded, audio)
         n = min(decoded.size - lag, audio.size)
         assert lag < 0.06 * RATE and np.corrcoef(decoded[lag : lag + n], audio[:n])[0, 1] > 0.99
+    if fmt == "mp3":  # constant bitrate at the level set, not libsndfile's 32 kbit/s default
+        assert 64 < len(data) * 8 / 1000 / 2.0 < 100
+
+
+def test_a_stream_leaves_out_lame_s_tag_frame_and_only_it():
+    encoder = enc.StreamEncoder("mp3", RATE)
+    first = encoder.feed(tone(0.5))
+    assert enc.mp3_tag_frame_length(first) == 0  # an audio frame, not the tag's zeros
+    frame = enc.mp3_tag_frame_length(b"\xff\xf3\x94\xc4" + bytes(236))  # MPEG-2, 80 kbit/s, 24 kHz
+    assert frame == 240 and enc.mp3_tag_frame_length(b"\xff\xf3\x94\xc4" + bytes(100)) is None
+    assert enc.mp3_tag_frame_length(b"ID3\x04") == 0 and enc.mp3_tag_frame_length(b"\xff") is None
+    whole = enc.encode(tone(0.5), RATE, "mp3")  # a whole file's filled tag names itself
+    assert enc.mp3_tag_frame_length(whole) > 0
 
 
 def test_resample_length_and_identity():
