@@ -6,7 +6,8 @@ every route (HTTP speech, SSE, WebSocket).
   0xFFFFFFFF ("unknown length", what OpenAI's API streams), so WAV streams chunk by chunk too.
 - `mp3`, `opus` (in Ogg): soundfile/libsndfile; streamed as they are encoded (`StreamEncoder`).
 - `flac`: soundfile/libsndfile, the complete audio (see `StreamEncoder` for why).
-- `aac` (in ADTS): ffmpeg when installed, else an `UnsupportedFormat`; the complete audio.
+- `aac` (in ADTS): ffmpeg when installed, else an `UnsupportedFormat`; streamed through one
+  ffmpeg process per stream (`aac_stream.py`).
 
 No Ray, no MLX.
 """
@@ -20,6 +21,8 @@ import subprocess
 from typing import Optional
 
 import numpy as np
+
+from deployments.audio.aac_stream import AacStream
 
 # format -> Content-Type
 MEDIA_TYPES = {
@@ -100,9 +103,10 @@ class StreamEncoder:
     """Encodes audio arriving chunk by chunk: `feed` returns bytes to send now, `finish` the rest.
 
     `pcm` and `wav` send each chunk as it comes (WAV: a streaming header first). `mp3` and `opus`
-    send what libsndfile has encoded so far (`_EncodedStream`). `flac` and `aac` collect the
-    samples and encode the whole audio in `finish`: a FLAC stream's header cannot carry its
-    length, and soundfile, among other readers, then refuses it; `aac` goes through ffmpeg.
+    send what libsndfile has encoded so far (`_EncodedStream`), `aac` what ffmpeg has
+    (`AacStream`). `flac` collects the samples and encodes the whole audio in `finish`: a FLAC
+    stream's header cannot carry its length, and soundfile, among other readers, then refuses it.
+    A stream that ends before `finish` (its listener left) calls `abort`.
     """
 
     def __init__(self, fmt: str, sample_rate: int):
@@ -111,7 +115,7 @@ class StreamEncoder:
         self.sample_rate = sample_rate
         self._header_sent = False
         self._pending: list[np.ndarray] = []
-        self._encoded = _EncodedStream(fmt, sample_rate) if _streams_encoded(fmt, sample_rate) else None
+        self._encoded = _encoded_stream(fmt, sample_rate)
 
     @property
     def streaming(self) -> bool:
@@ -138,6 +142,11 @@ class StreamEncoder:
         audio = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
         return encode(audio, self.sample_rate, self.fmt)
 
+    def abort(self) -> None:
+        """Drop the stream unfinished: an encoder process (aac) stops now, not at collection."""
+        if isinstance(self._encoded, AacStream):
+            self._encoded.abort()
+
     def _header(self) -> bytes:
         if self.fmt != "wav" or self._header_sent:
             return b""
@@ -145,10 +154,24 @@ class StreamEncoder:
         return wav_header(self.sample_rate)
 
 
-def _streams_encoded(fmt: str, sample_rate: int) -> bool:
+def _encoded_stream(fmt: str, sample_rate: int) -> _EncodedStream | _AacPcmStream | None:
+    if fmt == "aac":
+        return _AacPcmStream(sample_rate)
     # Opus runs at five rates only; the whole audio is resampled for the others (`_soundfile`),
     # which chunk by chunk would click at every boundary.
-    return fmt == "mp3" or (fmt == "opus" and sample_rate in _OPUS_RATES)
+    if fmt == "mp3" or (fmt == "opus" and sample_rate in _OPUS_RATES):
+        return _EncodedStream(fmt, sample_rate)
+    return None
+
+
+class _AacPcmStream(AacStream):
+    """`AacStream` fed float samples, like `_EncodedStream`."""
+
+    def __init__(self, sample_rate: int):
+        super().__init__(_ffmpeg_aac_command(sample_rate, streaming=True))
+
+    def write(self, samples: np.ndarray) -> bytes:
+        return super().write(to_pcm16(samples))
 
 
 class _EncodedStream:
@@ -317,26 +340,28 @@ def _soundfile(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     return out.getvalue()
 
 
-def _ffmpeg_aac(samples: np.ndarray, sample_rate: int) -> bytes:
-    cmd = [
+def _ffmpeg_aac_command(sample_rate: int, streaming: bool = False) -> list[str]:
+    # A stream's raw input is not probed: ffmpeg would otherwise read a second of it before it
+    # encodes anything. (`-fflags nobuffer` would also drop the encoder's priming frame.)
+    live = ["-probesize", "32", "-analyzeduration", "0"] if streaming else []
+    raw_input = ["-f", "s16le", "-ar", str(sample_rate), "-ac", "1", "-i", "pipe:0"]
+    return [
         "ffmpeg",
         "-hide_banner",
         "-loglevel",
         "error",
-        "-f",
-        "s16le",
-        "-ar",
-        str(sample_rate),
-        "-ac",
-        "1",
-        "-i",
-        "pipe:0",
+        *live,
+        *raw_input,
         "-c:a",
         "aac",
         "-f",
         "adts",
         "pipe:1",
     ]
+
+
+def _ffmpeg_aac(samples: np.ndarray, sample_rate: int) -> bytes:
+    cmd = _ffmpeg_aac_command(sample_rate)
     result = subprocess.run(cmd, input=to_pcm16(samples), capture_output=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"ffmpeg failed to encode aac: {result.stderr.decode(errors='replace')[-300:]}")

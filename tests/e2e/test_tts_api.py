@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from deployments.audio.decode import decode_audio
 from deployments.audio.encode import encode_wav
 from deployments.tts.kokoro import KOKORO_TTS_ID
 from deployments.tts.tiny_model import TINY_TTS_ID, TINY_TTS_VOICES
@@ -73,11 +74,21 @@ def test_compressed_formats_decode(client, fmt, media):
     assert samples.size > 0
 
 
-def test_aac_needs_ffmpeg(http):
+def test_aac_streams_the_whole_speech_or_needs_ffmpeg(http):
     r = http.post("/v1/audio/speech", json={**TINY, "input": TEXT, "response_format": "aac"})
     if shutil.which("ffmpeg"):
         assert r.status_code == 200 and r.headers["content-type"] == "audio/aac"
         assert r.content[:2] == b"\xff\xf1"  # ADTS sync word
+        # OpenAI's SSE: the ADTS stream in deltas, and how long the speech was; they agree
+        body = {**TINY, "input": TEXT, "response_format": "aac", "stream_format": "sse"}
+        events = [
+            json.loads(line[6:])
+            for line in http.post("/v1/audio/speech", json=body).text.splitlines()
+            if line.startswith("data: ")
+        ]
+        adts = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+        seconds = events[-1]["audio_seconds"]
+        assert seconds > 0.3 and abs(decode_audio(adts, 24000).size / 24000 - seconds) < 0.1
     else:
         assert_error(r, 400, "unsupported_format", "response_format")
 

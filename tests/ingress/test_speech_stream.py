@@ -1,5 +1,5 @@
 """The speech route's audio bytes leave as the slot makes the audio (`audio_response`,
-deployments/ingress/serving/speech.py): pcm, wav, mp3 and opus a chunk at a time, flac whole;
+deployments/ingress/serving/speech.py): pcm, wav, mp3, aac and opus a chunk at a time, flac whole;
 OpenAI's SSE carries the response format, MiniInfer's PCM only; the WebSocket TTS session
 (tts_sessions.py) speaks MiniMax T2A's mp3 and flac too."""
 
@@ -9,12 +9,15 @@ import asyncio
 import base64
 import io
 import json
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 import soundfile as sf
 from fastapi.responses import StreamingResponse
 
+from deployments.ingress.serving import speech as serving_speech
 from deployments.ingress.serving.speech import audio_response
 
 RATE = 24000
@@ -36,7 +39,17 @@ class SlowSpeech:
             yield (0.3 * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
 
 
-@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus"])
+needs_ffmpeg = pytest.mark.skipif(not shutil.which("ffmpeg"), reason="ffmpeg is not installed")
+
+
+def decode(body: bytes, fmt: str) -> tuple[np.ndarray, int]:
+    if fmt != "aac":
+        return sf.read(io.BytesIO(body), dtype="float32")
+    cmd = ["ffmpeg", "-loglevel", "error", "-i", "pipe:0", "-f", "f32le", "-ac", "1", "-ar", str(RATE), "pipe:1"]
+    return np.frombuffer(subprocess.run(cmd, input=body, capture_output=True, check=True).stdout, np.float32), RATE
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus", pytest.param("aac", marks=needs_ffmpeg)])
 async def test_each_chunk_is_sent_before_the_next_is_made(fmt):
     log: list = []
     response = await audio_response(SlowSpeech(log), fmt)
@@ -49,9 +62,27 @@ async def test_each_chunk_is_sent_before_the_next_is_made(fmt):
     made = [i for i, (what, _) in enumerate(log) if what == "made"]
     # bytes go out between the chunks, not all after the last one
     assert all(log[i + 1][0] == "sent" for i in made), log
-    if fmt in ("wav", "mp3", "opus"):
-        decoded, rate = sf.read(io.BytesIO(body), dtype="float32")
+    if fmt != "pcm":
+        decoded, rate = decode(body, fmt)
         assert rate == RATE and abs(decoded.size - 3 * 7200) < 0.1 * RATE
+
+
+@needs_ffmpeg
+async def test_a_listener_leaving_an_aac_stream_stops_its_encoder(monkeypatch):
+    encoders = []
+
+    class Recorded(serving_speech.StreamEncoder):
+        def __init__(self, *args):
+            super().__init__(*args)
+            encoders.append(self)
+
+    monkeypatch.setattr(serving_speech, "StreamEncoder", Recorded)
+    response = await audio_response(SlowSpeech([]), "aac")
+    async for part in response.body_iterator:
+        if part:
+            break
+    await response.body_iterator.aclose()  # what Starlette does when the client disconnects
+    assert encoders[0]._encoded._process.poll() is not None
 
 
 async def test_flac_is_encoded_whole():

@@ -3,7 +3,7 @@ per-family TTS routes): `ServingSpeech` turns a parsed request into a synthesis 
 as audio bytes or SSE events.
 
 Output: `?format=` (OminiX-API) wins over `response_format`, which defaults to WAV (see README).
-pcm, wav, mp3 and opus stream as the audio is generated; flac and aac are encoded when it ends.
+pcm, wav, mp3, aac and opus stream as the audio is generated; flac is encoded when it ends.
 `stream: true` answers MiniInfer's SSE (base64 PCM), `stream_format: "sse"` OpenAI's (base64 audio in
 the response format, PCM by default).
 """
@@ -121,8 +121,8 @@ def output_format(query: Optional[str], requested: Optional[str], sse: Optional[
 
 
 async def audio_response(speech: SpeechStream, fmt: str) -> Response:
-    """The audio as bytes in `fmt`: streamed chunk by chunk for pcm, wav, mp3 and opus (at an
-    Opus rate), the whole file for flac and aac."""
+    """The audio as bytes in `fmt`: streamed chunk by chunk for pcm, wav, mp3, aac and opus (at
+    an Opus rate), the whole file for flac."""
     encoder = StreamEncoder(fmt, speech.sample_rate)
     headers = pcm_headers(speech.sample_rate)
     if not encoder.streaming:
@@ -136,13 +136,15 @@ async def audio_response(speech: SpeechStream, fmt: str) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            async for samples in speech.audio():
-                yield await encoder_step(encoder, encoder.feed, samples)
-        except Exception as e:  # the status is sent: the stream just ends (logged)
-            logger.warning("Speech stream failed after its headers were sent: %s", from_exception(e).message)
-        tail = await encoder_step(encoder, encoder.finish)
-        if tail:
-            yield tail
+            try:
+                async for samples in speech.audio():
+                    yield await encoder_step(encoder, encoder.feed, samples)
+            except Exception as e:  # the status is sent: the stream just ends (logged)
+                logger.warning("Speech stream failed after its headers were sent: %s", from_exception(e).message)
+            if tail := await encoder_step(encoder, encoder.finish):
+                yield tail
+        finally:  # the listener left mid-stream
+            encoder.abort()
 
     return StreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=headers)
 
@@ -170,12 +172,15 @@ def openai_sse(speech: SpeechStream, fmt: str = "pcm") -> StreamingResponse:
 
     async def events() -> AsyncIterator[dict]:
         encoder, samples = StreamEncoder(fmt, speech.sample_rate), 0
-        async for chunk in speech.audio():
-            samples += chunk.size
-            if data := await encoder_step(encoder, encoder.feed, chunk):
-                yield {"type": "speech.audio.delta", "audio": _b64(data)}
-        if tail := await encoder_step(encoder, encoder.finish):
-            yield {"type": "speech.audio.delta", "audio": _b64(tail)}
+        try:
+            async for chunk in speech.audio():
+                samples += chunk.size
+                if data := await encoder_step(encoder, encoder.feed, chunk):
+                    yield {"type": "speech.audio.delta", "audio": _b64(data)}
+            if tail := await encoder_step(encoder, encoder.finish):
+                yield {"type": "speech.audio.delta", "audio": _b64(tail)}
+        finally:  # the listener left mid-stream
+            encoder.abort()
         # Token counts do not exist for this model family: reported as 0, with the real duration.
         usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         yield {"type": "speech.audio.done", "usage": usage, "audio_seconds": samples / speech.sample_rate}

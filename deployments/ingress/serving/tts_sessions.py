@@ -167,12 +167,7 @@ class TTSSession:
         try:
             model = self.state.catalog.resolve("tts", self.settings.model)
             speech = await SpeechStream.open(self.state, params, model)
-            encoder = StreamEncoder(self.settings.format, speech.sample_rate)
-            async for samples in speech.audio():
-                if audio := await encoder_step(encoder, encoder.feed, samples):
-                    await self._progress(audio, False)
-            # A text with no audio still gets a WAV header in wav mode; then the final marker.
-            tail = await encoder_step(encoder, encoder.finish)
+            tail = await self._send_audio(speech)
         except (ClientGone, WebSocketDisconnect):
             raise
         except Exception as e:
@@ -180,6 +175,18 @@ class TTSSession:
         if tail:
             await self._progress(tail, False)
         await self._progress(b"", True)
+
+    async def _send_audio(self, speech: SpeechStream) -> bytes:
+        """Progress events with the audio as it is encoded; the encoder's tail, to send last."""
+        encoder = StreamEncoder(self.settings.format, speech.sample_rate)
+        try:
+            async for samples in speech.audio():
+                if audio := await encoder_step(encoder, encoder.feed, samples):
+                    await self._progress(audio, False)
+            # A text with no audio still gets a WAV header in wav mode; then the final marker.
+            return await encoder_step(encoder, encoder.finish)
+        finally:  # the client left mid-text
+            encoder.abort()
 
     def _params(self, message: dict[str, Any]) -> SynthesisParams:
         """A task_continue's text (within the slot's limit) with the session's settings."""

@@ -1,9 +1,11 @@
 """The audio encoder (every response format) and the reference-audio reader."""
 
 import base64
+import gc
 import io
 import shutil
 import subprocess
+import sys
 import wave
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import soundfile as sf
 
 from deployments.audio import encode as enc
+from deployments.audio.aac_stream import HELD_FRAMES, AacStream, adts_frame_length
 from deployments.audio.reference import BadReferenceAudio, decode_base64, read_reference
 
 RATE = 24000
@@ -108,8 +111,11 @@ def ffmpeg_decode(data: bytes) -> np.ndarray:
     return np.frombuffer(result.stdout, np.float32)
 
 
-@pytest.mark.parametrize("fmt", ["mp3", "opus"])
-def test_mp3_and_opus_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
+needs_ffmpeg = pytest.mark.skipif(not shutil.which("ffmpeg"), reason="ffmpeg is not installed")
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", pytest.param("aac", marks=needs_ffmpeg)])
+def test_mp3_opus_and_aac_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
     t = np.arange(2 * RATE) / RATE
     audio = (0.4 * np.sin(2 * np.pi * (150 * t + 300 * t**2))).astype(np.float32)  # a sweep: one alignment
     encoder = enc.StreamEncoder(fmt, RATE)
@@ -117,11 +123,11 @@ def test_mp3_and_opus_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
     chunk = RATE // 10
     parts = [encoder.feed(audio[i : i + chunk]) for i in range(0, audio.size, chunk)]
     parts.append(encoder.finish())
-    assert all(parts[:-1]), [len(p) for p in parts]  # each 100 ms chunk sends bytes at once
+    # each 100 ms chunk sends bytes at once; AAC's encoder holds its first 100 ms back
+    assert all(parts[1 if fmt == "aac" else 0 : -1]), [len(p) for p in parts]
     data = b"".join(parts)
-    decoders = [sf.read(io.BytesIO(data), dtype="float32")[0]] + (
-        [ffmpeg_decode(data)] if shutil.which("ffmpeg") else []
-    )
+    decoders = [] if fmt == "aac" else [sf.read(io.BytesIO(data), dtype="float32")[0]]  # libsndfile reads no AAC
+    decoders += [ffmpeg_decode(data)] if shutil.which("ffmpeg") else []
     for decoded in decoders:
         # the whole length (a streamed VBR MP3 read as 0.4 s of 2), the codec's delay aside
         assert abs(decoded.size - audio.size) < 0.1 * RATE
@@ -130,6 +136,8 @@ def test_mp3_and_opus_leave_chunk_by_chunk_and_decode_to_the_audio(fmt):
         assert lag < 0.06 * RATE and np.corrcoef(decoded[lag : lag + n], audio[:n])[0, 1] > 0.99
     if fmt == "mp3":  # constant bitrate at the level set, not libsndfile's 32 kbit/s default
         assert 64 < len(data) * 8 / 1000 / 2.0 < 100
+    if fmt == "aac":  # every frame of the whole file's, the encoder's priming one too
+        assert decoders[0].size == ffmpeg_decode(enc.encode(audio, RATE, "aac")).size
 
 
 def test_a_stream_leaves_out_lame_s_tag_frame_and_only_it():
@@ -141,6 +149,40 @@ def test_a_stream_leaves_out_lame_s_tag_frame_and_only_it():
     assert enc.mp3_tag_frame_length(b"ID3\x04") == 0 and enc.mp3_tag_frame_length(b"\xff") is None
     whole = enc.encode(tone(0.5), RATE, "mp3")  # a whole file's filled tag names itself
     assert enc.mp3_tag_frame_length(whole) > 0
+
+
+@needs_ffmpeg
+def test_aac_leaves_whole_adts_frames_as_they_are_encoded():
+    encoder = enc.StreamEncoder("aac", RATE)
+    first = encoder.feed(tone(1.0))
+    assert len(first) > 0 and first[:2] == b"\xff\xf1"
+    frames, at = 0, 0
+    while length := adts_frame_length(first, at):
+        frames, at = frames + 1, at + length
+    assert at == len(first) and frames >= RATE // 1024 - HELD_FRAMES  # the second, bar what the encoder holds
+    assert adts_frame_length(b"\xff\xf1\x50") is None and adts_frame_length(b"ID3" + bytes(10)) is None
+    encoder.abort()
+
+
+@needs_ffmpeg
+def test_an_aborted_aac_stream_stops_its_ffmpeg_and_a_dropped_one_too():
+    encoder = enc.StreamEncoder("aac", RATE)
+    encoder.feed(tone(0.2))
+    process = encoder._encoded._process
+    encoder.abort()
+    assert process.poll() is not None  # killed at once, not left reading a stdin nobody closes
+    dropped = enc.StreamEncoder("aac", RATE)
+    process = dropped._encoded._process
+    del dropped
+    gc.collect()
+    assert process.poll() is not None
+
+
+def test_an_encoder_process_that_fails_says_why():
+    stream = AacStream([sys.executable, "-c", "import sys; sys.stderr.write('no encoder here'); sys.exit(3)"])
+    with pytest.raises(RuntimeError, match="exit 3.*no encoder here"):
+        stream.write(bytes(2 * RATE))
+        stream.close()
 
 
 def test_resample_length_and_identity():
