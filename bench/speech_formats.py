@@ -4,7 +4,7 @@
 Kokoro-82M (the shipped TTS model) speaks the same three sentences, and the ingress's
 `audio_response` (deployments/ingress/serving/speech.py) answers it in every response format,
 consumed as a client reads a streamed body. Beside them, `mp3 (whole)`: the same audio encoded
-when synthesis ends, as every compressed format was answered before mp3 and opus streamed
+when synthesis ends, as every compressed format was answered before mp3, opus and aac streamed
 (deployments/audio/encode.py). Per format: time to the first body byte, time to the last, bytes
 and bitrate; medians over the repeats, the formats in a rotated order each repeat.
 """
