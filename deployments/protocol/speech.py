@@ -47,6 +47,15 @@ class SpeechRequest(BaseModel):
         return v if v is None or v.strip() else None
 
 
+class CaptionedSpeechRequest(SpeechRequest):
+    """Kokoro-FastAPI's captioned speech: the speech request, answered as JSON with the audio
+    (base64) and each word's start and end; `stream` (its default) sends one JSON line a chunk."""
+
+    language: Optional[str] = Field(None, validation_alias=AliasChoices("language", "lang_code"))
+    stream: bool = Field(True, description="one JSON object per line as the audio is made")
+    return_timestamps: bool = True
+
+
 class SynthesisParams(BaseModel):
     """One synthesis as the TTS slot receives it (HTTP and WebSocket alike)."""
 
@@ -57,13 +66,24 @@ class SynthesisParams(BaseModel):
     instruct: Optional[str] = None
     reference_audio: Optional[bytes] = None  # encoded audio (wav, flac, ...)
     reference_text: Optional[str] = None
+    word_timings: bool = False  # each chunk says which words it speaks, and when (Kokoro, English)
+
+
+class SpokenWord(BaseModel):
+    """A word of the input and when it is spoken, in seconds from the synthesis's start."""
+
+    word: str
+    start: float
+    end: float
 
 
 class SpeechChunk(BaseModel):
-    """Audio the TTS slot streams back: float32 mono samples, little-endian bytes."""
+    """Audio the TTS slot streams back: float32 mono samples, little-endian bytes, and with
+    `word_timings` the words whose timings are known once this chunk is made."""
 
     sample_rate: int
     samples: bytes = b""  # float32 LE; empty for the opening chunk
+    words: list[SpokenWord] = []
 
     def to_array(self):
         import numpy as np

@@ -19,7 +19,7 @@ import numpy as np
 from ray import serve
 
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.speech import SpeechChunk, SynthesisParams
+from deployments.protocol.speech import SpeechChunk, SpokenWord, SynthesisParams
 from deployments.routing.router import ONE_JOB_AT_A_TIME
 from deployments.slot_replica import SlotReplica
 from deployments.tts.engine import SpeechJob, StyleFitJob, TTSEngine
@@ -59,9 +59,12 @@ class TTSSlot(SlotReplica):
         meter = self.metrics.meter(engine.model_id, len(params.text), engine.sample_rate, started)
         yield SpeechChunk(sample_rate=engine.sample_rate)
         try:
-            async for samples in engine.synthesize(job):
-                meter.audio(len(samples))
-                yield SpeechChunk(sample_rate=engine.sample_rate, samples=samples.astype("<f4").tobytes())
+            async for chunk in engine.synthesize_spoken(job):
+                meter.audio(len(chunk.samples))
+                words = [SpokenWord(word=w, start=round(a, 3), end=round(b, 3)) for w, a, b in chunk.words]
+                yield SpeechChunk(
+                    sample_rate=engine.sample_rate, samples=chunk.samples.astype("<f4").tobytes(), words=words
+                )
         finally:
             meter.done()
 
@@ -78,6 +81,7 @@ class TTSSlot(SlotReplica):
             speed=params.speed,
             language=params.language,
             instruct=params.instruct,
+            word_timings=params.word_timings,
         )
         if params.reference_audio is not None:
             job.ref_audio = await reference_samples(params.reference_audio, engine.sample_rate, "reference_audio")

@@ -19,7 +19,7 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -51,6 +51,20 @@ class SpeechJob(Message):
     language: Optional[str] = None
     instruct: Optional[str] = None
     conditioning: Optional[Path] = None  # a voice's cached conditioning (.safetensors, model_hooks.cached_voice)
+    word_timings: bool = False  # send each chunk's words with their times (Kokoro, English)
+
+
+@dataclass
+class Spoken:
+    """A chunk of a synthesis: its audio and, with `word_timings`, the words timed in it as
+    (word, start s, end s) from the synthesis's start."""
+
+    samples: np.ndarray  # float32 mono at the model's rate
+    words: list[tuple[str, float, float]]
+
+    @staticmethod
+    def merge(chunks: list[Spoken]) -> Spoken:
+        return Spoken(np.concatenate([c.samples for c in chunks]), [w for c in chunks for w in c.words])
 
 
 @dataclass(eq=False)
@@ -142,6 +156,8 @@ class TTSEngine(EngineThread[SpeechJob]):
             )
         if self.model_type == "kokoro":
             model_hooks.check_kokoro_language(self.model_id, job.language)
+        if job.word_timings:
+            model_hooks.check_word_timings(self.model_id, self.model_type, job.language, job.preset)
 
     def voice_conditioning(self, audio: np.ndarray) -> asyncio.Future:
         """The model's conditioning for a reference (float32 array), as its reference encoder
@@ -160,10 +176,16 @@ class TTSEngine(EngineThread[SpeechJob]):
             )
         return fit_in_child(self.model_dir, job.audio, job.steps, job.language, job.stock_cache, job.base_voices)
 
-    def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
+    async def synthesize(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
         """Audio chunks (float32 mono at `sample_rate`) as the model generates them.
         Closing the iterator early stops the synthesis after the current chunk."""
-        return self.stream(job, merge=np.concatenate)
+        async with contextlib.aclosing(self.synthesize_spoken(job)) as chunks:  # leaving stops the job now
+            async for chunk in chunks:
+                yield chunk.samples
+
+    def synthesize_spoken(self, job: SpeechJob) -> AsyncIterator[Spoken]:
+        """`synthesize`'s chunks with their timed words (none unless `job.word_timings`)."""
+        return self.stream(job, merge=Spoken.merge)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -213,15 +235,24 @@ class TTSEngine(EngineThread[SpeechJob]):
         return model_hooks.cached_voice(self._model, self.model_type, job.conditioning, job.ref_text)
 
     def _speak(self, job: SpeechJob, kwargs: dict[str, Any]) -> None:
+        sent = 0  # samples, the time the chunk's words are counted from
         for segment in job.segments:
-            for chunk in self._model.generate(segment, **kwargs):
+            for audio, words in self._generate(job, segment, kwargs):
                 if job.cancelled:
                     return
-                samples = np.asarray(chunk.audio, dtype=np.float32).reshape(-1)
+                samples = np.asarray(audio, dtype=np.float32).reshape(-1)
                 if samples.size:
                     self.stats.chunks += 1
                     self.stats.samples += samples.size
-                    self._send(job, samples)
+                    offset = sent / self.sample_rate
+                    self._send(job, Spoken(samples, [(w, offset + start, offset + end) for w, start, end in words]))
+                    sent += samples.size
+
+    def _generate(self, job: SpeechJob, segment: str, kwargs: dict[str, Any]) -> Iterator[tuple[Any, list]]:
+        """The model's audio chunks for one segment, each with its timed words (from its start)."""
+        if job.word_timings:
+            return model_hooks.kokoro_spoken_words(self._model, segment, kwargs)
+        return ((chunk.audio, []) for chunk in self._model.generate(segment, **kwargs))
 
     def _conditioning(self, audio: np.ndarray) -> dict[str, np.ndarray]:
         import mlx.core as mx

@@ -136,6 +136,41 @@ KOKORO_OPENAI_VOICES = {
 }
 
 
+def check_word_timings(model_id: str, model_type_name: str, language: Optional[str], voice: Optional[str]) -> None:
+    """400 unless the synthesis can time its words: Kokoro's English G2P gives each word its
+    phonemes, and the duration predictor their frames; no other model here says when a word is."""
+    if model_type_name != "kokoro":
+        raise invalid_request(
+            f"Model '{model_id}' ({model_type_name}) cannot time its words; word timestamps come from Kokoro",
+            "return_timestamps",
+        )
+    if kokoro_lang_code(language, voice) not in ("a", "b"):
+        raise invalid_request(
+            f"Model '{model_id}' (kokoro) times words in English only (its G2P splits other languages "
+            "into phonemes without words)",
+            "return_timestamps",
+        )
+
+
+def kokoro_spoken_words(model: Any, text: str, kwargs: dict[str, Any]) -> Iterator[tuple[Any, list[tuple]]]:
+    """Kokoro's `generate`, with each chunk's words: (audio, [(word, start s, end s)]), the
+    times from the chunk's start. mlx-audio's `generate` drops the tokens that its pipeline
+    timed (`KokoroPipeline.join_timestamps`, from the predicted durations), so this runs the
+    same pipeline with the same options. Punctuation is not a word."""
+    pipeline = model._get_pipeline(kwargs.get("lang_code", "a"))
+    pipeline.voices = {}  # as `generate` does: a voice given by path is read anew
+    voice = kwargs.get("voice") or "af_heart"
+    for result in pipeline(text, voice=voice, speed=kwargs.get("speed", 1.0), split_pattern=r"\n+"):
+        if result.audio is None:
+            continue
+        words = [
+            (token.text, float(token.start_ts), float(token.end_ts))
+            for token in result.tokens or ()
+            if token.start_ts is not None and token.end_ts is not None and any(c.isalnum() for c in token.text)
+        ]
+        yield result.audio, words
+
+
 def default_preset(model_type_name: str, presets: list[str]) -> Optional[str]:
     """The preset a request without a voice gets (None: the first preset)."""
     if model_type_name == "kokoro" and KOKORO_DEFAULT_VOICE in presets:

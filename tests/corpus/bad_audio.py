@@ -22,6 +22,7 @@ from deployments.tts.tiny_model import TINY_TTS_ID
 
 ASR, TTS = "/v1/audio/transcriptions", "/v1/audio/speech"
 CLONE, VOICES = "/v1/audio/speech/clone", "/v1/voices"
+CAPTIONED = "/dev/captioned_speech"
 DIARIZE = "/v1/audio/diarization"
 TINY_ASR = "ominix-tiny-whisper"
 TEXT = "Hello there. A short sentence to speak."
@@ -333,6 +334,20 @@ def speech_cases():
     return cases
 
 
+def captioned_cases():
+    # The tiny pocket_tts times no words: the slot's 400 names `return_timestamps`.
+    good = {"model": TINY_TTS_ID, "input": TEXT, "voice": "alba", "stream": False}
+    return [
+        case(CAPTIONED, 400, "input-missing", param="input", json={"voice": "alba"}),
+        case(CAPTIONED, 400, "stream-format", param="stream_format", json={**good, "stream_format": "sse"}),
+        case(
+            CAPTIONED, 400, "timestamps-not-bool", param="return_timestamps", json={**good, "return_timestamps": "yes"}
+        ),
+        case(CAPTIONED, 400, "format", param="response_format", json={**good, "response_format": "xml"}),
+        case(CAPTIONED, 400, "untimed-model", param="return_timestamps", json=good),
+    ]
+
+
 def clone_cases():
     ref = ("ref.wav", _tone(1.0, 22050))
     good_files, good_data = {"reference_audio": ref}, {"input": TEXT}
@@ -439,6 +454,7 @@ HTTP_CASES = (
     + _named("diarize", diarization_cases())
     + _named("speech", speech_cases())
     + _named("clone", clone_cases())
+    + _named("captioned", captioned_cases())
     + _named("voices", voice_cases())
 )
 
@@ -527,6 +543,7 @@ SLOT_CHECKED = frozenset(
         *(f"clone-reference-garbage-{i}" for i in range(4)),
         "clone-reference-too-short",
         "clone-input-too-long",
+        "captioned-untimed-model",
         "voices-delete-unknown",
         "voices-delete-preset",
         "voices-delete-nul",

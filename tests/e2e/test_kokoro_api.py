@@ -3,7 +3,8 @@ the session graph. Its speech is transcribed back by the graph's ASR slot (real 
 and must say what was asked (WER <= 0.1), over HTTP (named, and as the default a request without
 model or voice gets) and over the WebSocket, where a multi-voice dialogue must come out in
 distinct voices (told apart by the ASR slot's GE2E speaker diarization); OpenAI's voice names
-speak Kokoro presets (in streamed mp3); options it cannot honour are 400s."""
+speak Kokoro presets (in streamed mp3); captioned speech times every word; options it cannot
+honour are 400s."""
 
 from __future__ import annotations
 
@@ -82,6 +83,28 @@ def test_an_openai_voice_name_speaks_its_kokoro_preset_in_streamed_mp3(client):
         mp3 = b"".join(response.iter_bytes())
     text = client.audio.transcriptions.create(model=WHISPER_TINY_EN_ID, file=("speech.mp3", mp3), language="en").text
     assert word_error_rate(SHORT, text) <= 0.1, text
+
+
+def test_captioned_speech_streams_mp3_lines_with_every_word_timed(client, http):
+    """Kokoro-FastAPI's /dev/captioned_speech: the lines' bytes join into one mp3 the ASR slot
+    hears as the input, and their words are the input's, in order, within the audio."""
+    body = {"model": KOKORO_TTS_ID, "input": SHORT, "response_format": "mp3"}
+    with http.stream("POST", "/dev/captioned_speech", json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    assert len(lines) >= 2 and {line["audio_format"] for line in lines} == {"audio/mpeg"}
+    mp3 = b"".join(base64.b64decode(line["audio"]) for line in lines)
+    words = [t for line in lines for t in line["timestamps"]]
+    assert [t["word"] for t in words] == SHORT.replace(",", "").replace("?", "").split()
+    seconds = len(sf.read(io.BytesIO(mp3))[0]) / 24000
+    assert all(t["start_time"] < t["end_time"] for t in words) and words[-1]["end_time"] < seconds
+    text = client.audio.transcriptions.create(model=WHISPER_TINY_EN_ID, file=("speech.mp3", mp3), language="en").text
+    assert word_error_rate(SHORT, text) <= 0.1, text
+
+
+def test_a_model_that_cannot_time_its_words_is_a_400(http):
+    r = http.post("/dev/captioned_speech", json={"model": TINY_TTS_ID, "input": "Hello.", "stream": False})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "return_timestamps", r.text
 
 
 def test_pcm_streams_sentence_by_sentence(http):

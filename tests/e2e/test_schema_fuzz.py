@@ -41,6 +41,7 @@ NEGATIVE_ONLY = {
     "POST /v1/images/generations",
     "POST /v1/audio/speech",
     "POST /v1/audio/speech/clone",
+    "POST /dev/captioned_speech",
     "POST /v1/audio/tts/qwen3",
     "POST /v1/audio/tts/clone",
     "POST /v1/audio/tts/sovits",

@@ -122,6 +122,7 @@ async def test_every_route_of_a_disabled_slot_answers_the_same():
         ("POST", "/v1/audio/transcriptions", {"files": {"file": ("a.wav", b"x")}}),
         ("POST", "/v1/audio/speech", {"json": {"input": "hi"}}),
         ("POST", "/v1/audio/speech/clone", {"data": {"input": "hi"}, "files": {"reference_audio": ("r.wav", b"x")}}),
+        ("POST", "/dev/captioned_speech", {"json": {"input": "hi"}}),
         ("GET", "/v1/voices", {}),
         ("POST", "/v1/voices", {"data": {"name": "v"}, "files": {"reference_audio": ("r.wav", b"x")}}),
         ("DELETE", "/v1/voices/v", {}),

@@ -1,7 +1,9 @@
-"""POST /v1/audio/speech (JSON) and POST /v1/audio/speech/clone (multipart) on the TTS slot.
+"""POST /v1/audio/speech (JSON), POST /v1/audio/speech/clone (multipart) and Kokoro-FastAPI's
+POST /dev/captioned_speech on the TTS slot.
 
 The routes parse the request and pick the model; `ServingSpeech` (ingress/serving/speech.py)
-synthesizes and answers in the requested format (audio bytes, MiniInfer's or OpenAI's SSE).
+synthesizes and answers in the requested format (audio bytes, MiniInfer's or OpenAI's SSE),
+`ServingCaptionedSpeech` (ingress/serving/captioned_speech.py) with each word's timing.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.responses import Response
 
 from deployments.ingress.requests import LenientJSONRoute
+from deployments.ingress.serving.captioned_speech import ServingCaptionedSpeech
 from deployments.ingress.serving.speech import CloneForm, ServingSpeech
 from deployments.ingress.state import IngressState, ingress_state
-from deployments.protocol.speech import SpeechRequest
+from deployments.protocol.speech import CaptionedSpeechRequest, SpeechRequest
 
 router = APIRouter(tags=["audio"], route_class=LenientJSONRoute)
 
@@ -53,3 +56,12 @@ async def clone_speech(
 ) -> Response:
     """OminiX-API's multipart clone route: the same synthesis with a per-request reference."""
     return await ServingSpeech(state).clone(form, format, state.catalog.resolve("tts", form.model))
+
+
+@router.post("/dev/captioned_speech")
+async def create_captioned_speech(
+    request: CaptionedSpeechRequest, state: IngressState = Depends(ingress_state)
+) -> Response:
+    """Kokoro-FastAPI's speech with word timestamps: JSON (base64 audio and the words), or JSON
+    lines as the audio is made (`stream`, its default)."""
+    return await ServingCaptionedSpeech(state).speak(request, state.catalog.resolve("tts", request.model))

@@ -62,7 +62,7 @@ class ServingSpeech:
             speed=request.speed,
             language=request.language,
             instruct=request.instruct,
-            reference_audio=_reference(request.reference_audio),
+            reference_audio=reference_audio(request.reference_audio),
             reference_text=request.reference_text,
         )
         speech = await SpeechStream.open(self.state, params, model)
@@ -91,7 +91,7 @@ class ServingSpeech:
         return await audio_response(speech, fmt)
 
 
-def _reference(encoded: Optional[str]) -> Optional[bytes]:
+def reference_audio(encoded: Optional[str]) -> Optional[bytes]:
     """A JSON request's base64 reference recording, decoded (a bad one is a 400)."""
     if encoded is None:
         return None

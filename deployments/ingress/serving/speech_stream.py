@@ -18,7 +18,7 @@ from deployments.audio.encode import StreamEncoder, to_pcm16
 from deployments.ingress.clients import SlotStream
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import server_error
-from deployments.protocol.speech import SynthesisParams
+from deployments.protocol.speech import SpokenWord, SynthesisParams
 
 
 class SpeechStream:
@@ -44,6 +44,13 @@ class SpeechStream:
             samples = chunk.to_array()
             if samples.size:
                 yield samples
+
+    async def spoken(self) -> AsyncIterator[tuple[np.ndarray, list[SpokenWord]]]:
+        """`audio`'s chunks with the words timed in them (asked with `word_timings`)."""
+        async for chunk in self._stream.chunks():
+            samples = chunk.to_array()
+            if samples.size or chunk.words:
+                yield samples, chunk.words
 
     async def pcm(self) -> AsyncIterator[bytes]:
         async for samples in self.audio():

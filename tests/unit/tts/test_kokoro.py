@@ -204,3 +204,39 @@ async def test_speech_is_understood_by_whisper(kokoro_engine, whisper, voice):
     assert 3.0 < len(audio) / 24000 < 15.0
     (transcript,) = await whisper.transcribe([resample(audio, 24000, 16000)], TranscribeOptions(language="en"))
     assert word_error_rate(SENTENCE, transcript.text) <= 0.1, transcript.text
+
+
+def test_only_kokoro_in_english_times_its_words():
+    from deployments.tts.model_hooks import check_word_timings
+
+    check_word_timings("k", "kokoro", None, "bm_george")
+    check_word_timings("k", "kokoro", "en-gb", None)
+    for model_type, language in (("pocket_tts", None), ("kokoro", "fr"), ("kokoro", "es")):
+        with pytest.raises(APIError) as err:
+            check_word_timings("m", model_type, language, None)
+        assert err.value.status_code == 400 and err.value.param == "return_timestamps"
+
+
+@pytest.mark.slow
+async def test_word_timings_cut_out_the_words_whisper_hears_there(kokoro_engine, whisper):
+    """The second sentence's words are timed from the synthesis's start, not their chunk's."""
+    from deployments.asr.engine import TranscribeOptions
+    from deployments.audio.resample import resample
+
+    job = SpeechJob(segments=split_sentences(SENTENCE), preset="af_heart", word_timings=True)
+    kokoro_engine.check_job(job)
+    chunks = [c async for c in kokoro_engine.synthesize_spoken(job)]
+    audio = np.concatenate([c.samples for c in chunks])
+    words = [w for c in chunks for w in c.words]
+    assert [w for w, _, _ in words] == SENTENCE.replace(".", "").split()  # punctuation is not a word
+    assert all(start < end for _, start, end in words) and words[-1][2] <= audio.size / 24000
+    assert all(a[2] <= b[1] for a, b in zip(words, words[1:]))
+    names = [w for w, _, _ in words]
+    pad = np.zeros(8000, np.float32)  # Whisper hears a clip better with silence around it
+    for first, last in (("quick", "fox"), ("schedule", "meeting"), ("meeting", "Tuesday")):
+        i, j = names.index(first), names.index(last)
+        clip = audio[int(words[i][1] * 24000) : int(words[j][2] * 24000)]
+        (heard,) = await whisper.transcribe(
+            [np.concatenate([pad, resample(clip, 24000, 16000), pad])], TranscribeOptions(language="en")
+        )
+        assert word_error_rate(" ".join(names[i : j + 1]), heard.text) <= 0.34, (first, last, heard.text)
