@@ -22,11 +22,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from deployments.audio.encode import MEDIA_TYPES, StreamEncoder, encode
 from deployments.ingress.errors import from_exception
 from deployments.ingress.serving.keep_alive import keep_model_alive
-from deployments.ingress.serving.speech import output_format, reference_audio
+from deployments.ingress.serving.speech import output_format, synthesis_params
 from deployments.ingress.serving.speech_stream import SpeechStream, encoder_step, pcm_headers
 from deployments.ingress.state import IngressState
 from deployments.protocol.errors import invalid_request
-from deployments.protocol.speech import CaptionedSpeechRequest, SpokenWord, SynthesisParams
+from deployments.protocol.speech import CaptionedSpeechRequest, SpokenWord
 
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 
@@ -43,16 +43,7 @@ class ServingCaptionedSpeech:
                 "stream_format",
             )
         fmt = output_format(None, request.response_format, None)
-        params = SynthesisParams(
-            text=request.input,
-            voice=request.voice,
-            speed=request.speed,
-            language=request.language,
-            instruct=request.instruct,
-            reference_audio=reference_audio(request.reference_audio),
-            reference_text=request.reference_text,
-            word_timings=request.return_timestamps,
-        )
+        params = synthesis_params(request, word_timings=request.return_timestamps)
         speech = await SpeechStream.open(self.state, params, model)
         await keep_model_alive(self.state, "tts", model, request.keep_alive)
         if request.stream:

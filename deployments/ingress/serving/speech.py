@@ -56,16 +56,7 @@ class ServingSpeech:
         """A JSON speech request."""
         sse = "openai" if request.stream_format == "sse" else "miniinfer" if request.stream else None
         fmt = output_format(query_format, request.response_format, sse)
-        params = SynthesisParams(
-            text=request.input,
-            voice=request.voice,
-            speed=request.speed,
-            language=request.language,
-            instruct=request.instruct,
-            reference_audio=reference_audio(request.reference_audio),
-            reference_text=request.reference_text,
-        )
-        speech = await SpeechStream.open(self.state, params, model)
+        speech = await SpeechStream.open(self.state, synthesis_params(request), model)
         await keep_model_alive(self.state, "tts", model, request.keep_alive)
         if sse == "openai":
             return openai_sse(speech, fmt)
@@ -89,6 +80,20 @@ class ServingSpeech:
         )
         speech = await SpeechStream.open(self.state, params, model)
         return await audio_response(speech, fmt)
+
+
+def synthesis_params(request: SpeechRequest, **options: Any) -> SynthesisParams:
+    """What a JSON speech request asks the TTS slot to speak (`options`: a route's own)."""
+    return SynthesisParams(
+        text=request.input,
+        voice=request.voice,
+        speed=request.speed,
+        language=request.language,
+        instruct=request.instruct,
+        reference_audio=reference_audio(request.reference_audio),
+        reference_text=request.reference_text,
+        **options,
+    )
 
 
 def reference_audio(encoded: Optional[str]) -> Optional[bytes]:
