@@ -102,6 +102,14 @@ def test_captioned_speech_streams_mp3_lines_with_every_word_timed(client, http):
     assert word_error_rate(SHORT, text) <= 0.1, text
 
 
+def test_open_webuis_voice_and_model_menus_list_kokoros(http):
+    """GET /v1/audio/voices and /v1/audio/models, the lists Open WebUI's OpenAI engine reads."""
+    voices = http.get("/v1/audio/voices").json()["voices"]
+    assert voices[0] == {"id": "af_heart", "name": "af_heart"} and len(voices) >= 54
+    assert {"id": "am_onyx", "name": "am_onyx (onyx)"} in voices  # OpenAI's names speak presets
+    assert {"id": KOKORO_TTS_ID} in http.get("/v1/audio/models").json()["models"]
+
+
 def test_a_model_that_cannot_time_its_words_is_a_400(http):
     r = http.post("/dev/captioned_speech", json={"model": TINY_TTS_ID, "input": "Hello.", "stream": False})
     assert r.status_code == 400 and r.json()["error"]["param"] == "return_timestamps", r.text

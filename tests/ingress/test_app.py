@@ -124,6 +124,8 @@ async def test_every_route_of_a_disabled_slot_answers_the_same():
         ("POST", "/v1/audio/speech/clone", {"data": {"input": "hi"}, "files": {"reference_audio": ("r.wav", b"x")}}),
         ("POST", "/dev/captioned_speech", {"json": {"input": "hi"}}),
         ("GET", "/v1/voices", {}),
+        ("GET", "/v1/audio/voices", {}),
+        ("GET", "/v1/audio/models", {}),
         ("POST", "/v1/voices", {"data": {"name": "v"}, "files": {"reference_audio": ("r.wav", b"x")}}),
         ("DELETE", "/v1/voices/v", {}),
         ("POST", "/v1/images/generations", {"json": {"prompt": "a cat"}}),

@@ -1,4 +1,5 @@
-"""GET/POST/DELETE /v1/voices: list the TTS voices, register a cloned voice, remove it.
+"""GET/POST/DELETE /v1/voices: list the TTS voices, register a cloned voice, remove it; GET
+/v1/audio/voices and /v1/audio/models: the voice and model lists TTS clients read (Open WebUI).
 The routes parse; `ServingVoices` (ingress/serving/voices.py) calls the TTS slot.
 """
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.responses import JSONResponse
 
 from deployments.audio.reference import MAX_REFERENCE_BYTES
@@ -20,6 +21,21 @@ router = APIRouter(tags=["voices"])
 @router.get("/v1/voices")
 async def list_voices(state: IngressState = Depends(ingress_state)):
     return await ServingVoices(state).list()
+
+
+@router.get("/v1/audio/voices")
+async def list_voice_choices(
+    model: Optional[str] = Query(None, description="the TTS model whose voices to list (default: the slot's)"),
+    state: IngressState = Depends(ingress_state),
+):
+    """`{"voices": [{"id", "name"}]}`, as Open WebUI's OpenAI TTS engine reads it."""
+    return await ServingVoices(state).choices(state.catalog.resolve("tts", model))
+
+
+@router.get("/v1/audio/models")
+async def list_speech_models(state: IngressState = Depends(ingress_state)):
+    """`{"models": [{"id"}]}`: the TTS slot's models, as Open WebUI's OpenAI TTS engine reads them."""
+    return ServingVoices(state).speech_models()
 
 
 @router.post("/v1/voices")
