@@ -151,6 +151,8 @@ class ASRSlot(SlotReplica):
         async for segments in engine.transcribe_windows(samples, options):
             for segment in (s for s in segments if s.text.strip()):
                 delta = {"type": "transcript.text.delta", "delta": (" " if decoded else "") + segment.text.strip()}
+                if options.logprobs:
+                    delta["logprobs"] = segment.logprobs or []
                 if diarizer is not None:
                     delta["segment_id"] = segment_id(len(decoded))
                 yield delta
@@ -163,7 +165,8 @@ class ASRSlot(SlotReplica):
                 yield event
         self.metrics.transcribed(engine.model_id, duration, time.perf_counter() - started)
         usage = {"type": "duration", "seconds": round(duration, 3)}
-        yield {"type": "transcript.text.done", "text": result.text, "usage": usage}
+        done = {"type": "transcript.text.done", "text": result.text, "usage": usage}
+        yield {**done, "logprobs": result.logprobs()} if options.logprobs else done
 
     async def _request_audio(
         self, params: TranscriptionParams, audio: Optional[bytes], server_path: Optional[str]
@@ -178,6 +181,7 @@ class ASRSlot(SlotReplica):
             # speaker changes (Transcript.label_speakers); the words are shown only if asked.
             word_timestamps=params.word_timestamps or params.diarized,
             task=params.task,
+            logprobs=params.logprobs,
         )
         engine.check_options(options)
         if audio is None:

@@ -25,6 +25,7 @@ import numpy as np
 
 from deployments.accelerator import on_cpu_backend
 from deployments.asr.config import whisper_dtype
+from deployments.asr.token_logprobs import decode_with_logprobs, segment_logprobs, token_entries
 from deployments.asr.transcript import Segment, TimestampVocabulary, Transcript, Word, segments_from_tokens
 from deployments.audio.vad import Chunk, VADConfig, split_for_decoding
 from deployments.engine_thread import EngineThread, Message
@@ -46,6 +47,7 @@ class TranscribeOptions:
     temperature: float = 0.0
     word_timestamps: bool = False
     task: str = "transcribe"  # or "translate" (into English; multilingual Whisper only)
+    logprobs: bool = False  # each text token's log-probability (whisper; token_logprobs.py)
 
 
 @dataclass
@@ -124,6 +126,11 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
             raise invalid_request(
                 f"Model '{self.model_id}' transcribes English only; language '{options.language}' is not supported.",
                 "language",
+            )
+        if options.logprobs and not self.is_whisper:
+            raise invalid_request(
+                f"Model '{self.model_id}' ({self.model_type}) gives no token log-probabilities; whisper models do",
+                "include",
             )
         if options.task == "translate" and not (self.is_whisper and self.multilingual):
             raise invalid_request(
@@ -281,12 +288,16 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
         for first in range(0, len(windows), step):
             group = windows[first : first + step]
             mels = mx.stack([self._mel(audios[i][c.start : c.end]) for i, c in group])
-            results = model.decode(mels, decoding)  # one batched forward pass over the group
+            # one batched forward pass over the group
+            if options.logprobs:
+                results, logprobs = decode_with_logprobs(model, mels, decoding)
+            else:
+                results, logprobs = model.decode(mels, decoding), [None] * len(group)
             self.stats["forward_passes"] += 1
             self.stats["windows"] += len(group)
             self.stats["largest_pass"] = max(self.stats["largest_pass"], len(group))
-            for (i, chunk), result, mel in zip(group, results, mels):
-                yield i, self._window_segments(chunk, result, mel, options), result.language
+            for (i, chunk), result, mel, token_logprobs in zip(group, results, mels, logprobs):
+                yield i, self._window_segments(chunk, result, mel, options, token_logprobs), result.language
 
     def _mel(self, samples: np.ndarray):
         import mlx.core as mx
@@ -295,7 +306,9 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
         mel = log_mel_spectrogram(mx.array(samples), n_mels=self._model.dims.n_mels, padding=N_SAMPLES)
         return pad_or_trim(mel, N_FRAMES, axis=-2).astype(self._model.dtype)
 
-    def _window_segments(self, chunk: Chunk, result, mel, options: TranscribeOptions) -> list[Segment]:
+    def _window_segments(
+        self, chunk: Chunk, result, mel, options: TranscribeOptions, token_logprobs: Optional[list[float]] = None
+    ) -> list[Segment]:
         from mlx_audio.stt.models.whisper.audio import HOP_LENGTH
 
         if result.no_speech_prob > NO_SPEECH_PROB and result.avg_logprob < NO_SPEECH_LOGPROB:
@@ -321,6 +334,11 @@ class ASREngine(EngineThread[TranscriptionJob | WindowStreamJob | HypothesisJob]
             )
             for s, e, toks, text in parts
         ]
+        if token_logprobs is not None:
+            texts = [toks for _, _, toks, _ in parts]
+            is_text = lambda token: token != vocab.eot and not vocab.is_timestamp(token)  # noqa: E731
+            for segment, values in zip(segments, segment_logprobs(result.tokens, token_logprobs, is_text, texts)):
+                segment.logprobs = token_entries(tokenizer, segment.tokens, values)
         if options.word_timestamps and segments:
             self._add_words(segments, mel, tokenizer, window_s)
         return [s.shifted(start_s) for s in segments]

@@ -30,11 +30,16 @@ CONTENT_TYPES = {
 }
 
 
-def render(transcript: Transcript, response_format: str, *, include_words: bool = False) -> tuple[Any, str]:
+def render(
+    transcript: Transcript, response_format: str, *, include_words: bool = False, include_logprobs: bool = False
+) -> tuple[Any, str]:
     """(body, content type): a dict for the JSON formats (checked against their typed models in
     deployments/protocol/transcription.py), a string for the others."""
     if response_format == "json":
-        return Transcription(text=transcript.text).model_dump(), CONTENT_TYPES["json"]
+        logprobs = transcript.logprobs() if include_logprobs else None
+        return Transcription(text=transcript.text, logprobs=logprobs).model_dump(exclude_none=True), CONTENT_TYPES[
+            "json"
+        ]
     if response_format == "verbose_json":
         return verbose_json(transcript, include_words), CONTENT_TYPES["verbose_json"]
     if response_format == "text":

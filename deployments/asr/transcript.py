@@ -35,6 +35,8 @@ class Segment:
     # is the decoded segment's id (what streamed deltas named) and `part` the part's rank in it.
     origin: Optional[int] = None
     part: int = 0
+    # With include=["logprobs"]: OpenAI's {"token", "logprob", "bytes"} per text token (whisper).
+    logprobs: Optional[list[dict]] = None
 
     def shifted(self, offset_s: float) -> Segment:
         """This segment moved from window time to input time (plain floats, JSON-safe)."""
@@ -72,6 +74,9 @@ class Transcript:
 
     def words(self) -> list[Word]:
         return [w for s in self.segments for w in (s.words or [])]
+
+    def logprobs(self) -> list[dict]:
+        return [entry for s in self.segments for entry in (s.logprobs or [])]
 
     def label_speakers(self, speaker_of: SpeakerOf, labels_of: Callable[[list[int]], list[str]]) -> None:
         """Give every segment a speaker, cutting a segment with word times where the speaker

@@ -69,7 +69,6 @@ class SpeakerOptions(BaseModel):
 
 
 NOT_SERVED = {
-    "include": "the transcript's logprobs are not served here",
     "keywords": "keyword biasing is not served here; put the words in `prompt` (Whisper's prompt biases toward them)",
     "languages": "a list of candidate languages is not served here; send one `language`, or none to detect it",
 }
@@ -90,8 +89,9 @@ class TranscriptionParams(SpeakerOptions):
     task: Literal["transcribe", "translate"] = "transcribe"  # set by the route, never by the client
     # OpenAI's: accepted and meaningless here (the ASR slot always cuts the audio at VAD pauses).
     chunking_strategy: Optional[Any] = None
+    # OpenAI's `include[]=logprobs`: each text token's log-probability (whisper, json only).
+    include: list[Literal["logprobs"]] = Field(default_factory=list)
     # OpenAI's, not served: a 400 naming them, never a transcript without what they ask for.
-    include: list[str] = Field(default_factory=list)
     keywords: list[str] = Field(default_factory=list)
     languages: list[str] = Field(default_factory=list)
 
@@ -101,7 +101,7 @@ class TranscriptionParams(SpeakerOptions):
         value = value.strip() if isinstance(value, str) else value
         return value or None
 
-    @field_validator("include", "keywords", "languages")
+    @field_validator("keywords", "languages")
     @classmethod
     def _not_served(cls, value: list[str], info) -> list[str]:
         if value:
@@ -120,6 +120,18 @@ class TranscriptionParams(SpeakerOptions):
     @property
     def word_timestamps(self) -> bool:
         return "word" in self.timestamp_granularities
+
+    @property
+    def logprobs(self) -> bool:
+        return "logprobs" in self.include
+
+    def check_logprobs(self) -> None:
+        """OpenAI gives logprobs in `json` (and its stream's events) only: another format has no
+        place for them, and an answer without them is not what was asked."""
+        if self.logprobs and self.response_format != "json":
+            raise invalid_request(
+                f"include=logprobs needs response_format 'json', not '{self.response_format}'", "include"
+            )
 
     @property
     def diarized(self) -> bool:
@@ -173,10 +185,17 @@ class TranscriptionSegment(BaseModel):
     speaker: Optional[int] = None  # with diarize: MiniInfer's 0-based speaker
 
 
+class TranscriptionLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
 class Transcription(BaseModel):
-    """response_format "json"."""
+    """response_format "json"; `logprobs` with include=["logprobs"]."""
 
     text: str
+    logprobs: Optional[list[TranscriptionLogprob]] = None
 
 
 class VerboseTranscription(BaseModel):

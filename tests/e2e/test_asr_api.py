@@ -48,6 +48,17 @@ def test_real_speech_with_the_default_model(client):
     assert result.words[spoken.index("schedule")].start < result.words[spoken.index("tuesday")].start
 
 
+def test_token_logprobs_through_the_sdk(client):
+    """include=["logprobs"] as the openai SDK sends it: each token of the text, with its
+    log-probability; Whisper is confident of clear speech."""
+    result = client.audio.transcriptions.create(
+        model=REAL, file=("speech.wav", encode(speak(SENTENCE), RATE, "wav")), include=["logprobs"]
+    )
+    assert "".join(entry.token for entry in result.logprobs).strip() == result.text
+    assert all(entry.logprob <= 0 and entry.bytes for entry in result.logprobs)
+    assert np.mean([np.exp(entry.logprob) for entry in result.logprobs]) > 0.5
+
+
 def test_model_is_listed(client):
     ids = {m.id for m in client.models.list().data}
     assert {REAL, TINY} <= ids

@@ -154,6 +154,15 @@ def test_the_sdk_streams_a_transcription(client, speech_pcm):
     assert deltas and done.type == "transcript.text.done" and len(events) == len(deltas) + 1
     assert "".join(d.delta for d in deltas) == done.text == whole.text
     assert done.usage.type == "duration" and done.usage.seconds == pytest.approx(len(speech_pcm) / RATE, abs=0.01)
+    # include=["logprobs"]: each delta carries its tokens', the done event all of them
+    events = list(
+        client.audio.transcriptions.create(
+            model=REAL, file=("s.wav", audio), temperature=0, stream=True, include=["logprobs"]
+        )
+    )
+    deltas, done = events[:-1], events[-1]
+    assert [t.token for d in deltas for t in d.logprobs] == [t.token for t in done.logprobs]
+    assert "".join(t.token for t in done.logprobs).strip() == done.text == whole.text
 
 
 def test_translation_needs_a_multilingual_model(client, speech_pcm):

@@ -31,7 +31,7 @@ async def test_token_ids_are_integers_never_booleans(http, slots):
     assert not slots["embeddings"].calls
 
 
-@pytest.mark.parametrize("field", ["include", "keywords", "languages"])
+@pytest.mark.parametrize("field", ["keywords", "languages"])
 async def test_transcription_fields_not_served_are_a_400_naming_them(http, slots, field):
     form = await http.post(
         "/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")}, data={f"{field}[]": "logprobs"}
@@ -40,6 +40,25 @@ async def test_transcription_fields_not_served_are_a_400_naming_them(http, slots
     as_json = await http.post("/v1/audio/transcriptions", json={"file": "UklGRg==", field: ["en"]})
     assert_openai_error(as_json, 400, field)
     assert not slots["asr"].calls
+
+
+async def test_logprobs_are_asked_of_the_slot_in_json_and_refused_elsewhere(http, slots):
+    r = await http.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")}, data={"include[]": "logprobs"}
+    )
+    assert r.status_code == 200 and r.json()["logprobs"] == [], r.text  # the fake slot's transcript has none
+    assert slots["asr"].calls[-1][1][0].logprobs
+    plain = await http.post("/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")})
+    assert "logprobs" not in plain.json() and not slots["asr"].calls[-1][1][0].logprobs
+    calls = len(slots["asr"].calls)
+    wrong_format = {"include[]": "logprobs", "response_format": "verbose_json"}
+    r = await http.post("/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")}, data=wrong_format)
+    assert "json" in assert_openai_error(r, 400, "include")["message"]
+    r = await http.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF....")}, data={"include[]": "tokens"}
+    )
+    assert assert_openai_error(r, 400)["param"].startswith("include")
+    assert len(slots["asr"].calls) == calls
 
 
 async def test_a_chunking_strategy_is_accepted_and_meaningless_here(http, slots):

@@ -51,7 +51,7 @@ _PARAM_NAMES = (
     *SPEAKER_FIELDS,
 )
 _SERVED_LISTS = ("timestamp_granularities", *SPEAKER_LISTS)
-_LIST_NAMES = (*_SERVED_LISTS, "include", "keywords", "languages")  # the last three: read to be refused
+_LIST_NAMES = (*_SERVED_LISTS, "include", "keywords", "languages")  # the last two: read to be refused
 
 # What /docs and generated clients see: the three forms, with the fields the route serves.
 TRANSCRIPTION_BODY_DOC = audio_body_doc(
@@ -81,6 +81,7 @@ async def transcribe(request: Request, state: IngressState, family: Optional[str
     family_model = state.catalog.family("asr", family) if family else None
     params, audio, server_path = await _parse(request)
     params.check_diarization()
+    params.check_logprobs()
     return await serving.create(params.model_copy(update={"task": task}), audio, server_path, family_model)
 
 

@@ -50,7 +50,9 @@ class ServingTranscription:
             return sse_response(events.chunks(), end=b"")  # OpenAI ends this stream without [DONE]
         transcript = await self.asr.call("transcribe", params, audio, server_path, *speakers, model=model)
         await keep_model_alive(self.state, "asr", model, params.keep_alive)
-        body, content_type = render(transcript, params.response_format, include_words=params.word_timestamps)
+        body, content_type = render(
+            transcript, params.response_format, include_words=params.word_timestamps, include_logprobs=params.logprobs
+        )
         if isinstance(body, dict):
             return JSONResponse(body)
         return Response(content=body, media_type=content_type)
