@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, Optional
 
-from deployments.protocol.logprobs import clamp, token_text
+from deployments.protocol.logprobs import byte_level_table, clamp, token_text
 
 
 def decode_with_logprobs(model: Any, mels: Any, options: Any) -> tuple[list, list[list[float]]]:
@@ -97,23 +97,7 @@ def _token_bytes(tokenizer: Any, token: int) -> bytes:
     hf = getattr(tokenizer, "hf_tokenizer", None)
     if hf is not None:
         piece = hf.convert_ids_to_tokens(int(token))
-        decoder = _byte_decoder()
-        if piece and all(ch in decoder for ch in piece):
-            return bytes(decoder[ch] for ch in piece)
+        table = byte_level_table()
+        if piece and all(ch in table for ch in piece):
+            return bytes(table[ch] for ch in piece)
     return tokenizer.decode([token]).encode("utf-8")
-
-
-@cache
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's map from the printable characters of its vocabulary back to bytes."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return {chr(code): byte for byte, code in zip(printable, codes)}

@@ -38,6 +38,7 @@ from typing import Any, Optional
 import numpy as np
 
 from deployments.engine_thread import STOP, EngineThread, Message, unloaded
+from deployments.generation.logprobs import TokenBytes, entry
 from deployments.generation.output import OutputParser, ParsedText
 from deployments.generation.sampling import SamplingParams
 from deployments.llm.batch import Sequence
@@ -45,7 +46,6 @@ from deployments.llm.constraints import Constraint, GuideCache, Plan, TokenMask,
 from deployments.llm.disk_cache import DiskCache, model_key
 from deployments.llm.drafts import SpeculativeSettings
 from deployments.llm.gang import Doorbell, Membership, RoundChannel, join_group, load_sharded
-from deployments.llm.logprobs import TokenBytes, entry
 from deployments.llm.lora import AdapterChange, AdapterRef, AdapterStage, linear_layers
 from deployments.llm.prefix_cache import ANSWER, SYSTEM, PrefillPlan, PrefixCache, load_cache, save_cache
 from deployments.llm.prompts import Prompt

@@ -13,6 +13,7 @@ its `bytes` are exact, and its `token` is then written as OpenAI writes such tok
 from __future__ import annotations
 
 import codecs
+import functools
 from typing import Optional
 
 from pydantic import BaseModel
@@ -55,6 +56,20 @@ def token_text(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in data)
+
+
+@functools.lru_cache(maxsize=1)
+def byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet (GPT-2, Whisper, Qwen, SmolLM2, Llama 3): the character
+    that stands for each byte in the vocabulary's token strings."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in printable:
+            table[chr(256 + shifted)] = b
+            shifted += 1
+    return table
 
 
 def clamp(logprob: float) -> float:

@@ -22,6 +22,9 @@ class VLMSlotConfig(SlotModelsConfig):
         False, description="Fetch http(s) image URLs server-side (an SSRF risk: off, data URLs only)"
     )
     remote_image_timeout_s: float = Field(10.0, gt=0, le=120, description="Whole fetch of one remote image")
+    max_n: int = Field(
+        4, ge=1, description="Choices one request may ask for (`n`), generated one after the other; more is a 400"
+    )
     max_concurrent_generations: int = Field(
         4, ge=1, description="Requests one replica takes at once (they generate one after another)"
     )
@@ -42,4 +45,5 @@ class VLMSlotConfig(SlotModelsConfig):
 
     def catalog_entry(self, cache_dir: Path) -> dict:
         # The ingress loads and checks images before the slot sees a request.
-        return {**super().catalog_entry(cache_dir), "options": {"image_limits": vars(self.image_limits())}}
+        options = {"image_limits": vars(self.image_limits()), "max_n": self.max_n}
+        return {**super().catalog_entry(cache_dir), "options": options}

@@ -71,7 +71,7 @@ class VLMSlot(SlotReplica):
         params = sampling(request, max_tokens)
         messages = [template_message(m) for m in request.messages]
         first = True
-        async for chunk in engine.generate(messages, images, params):
+        async for chunk in engine.generate(messages, images, params, request.logprob_count(), request.choice_count()):
             if first:
                 chunk.model, chunk.sampling, first = engine.model_id, params.used(), False
             if chunk.usage is not None:

@@ -1,5 +1,5 @@
 """The VLM slot on the session graph, through the openai SDK: image chat routed by the model
-id (streaming and not), OminiX-API's /v1/vlm/completions with real token counts, bad images a
+id (streaming and not, with logprobs), OminiX-API's /v1/vlm/completions with real token counts, bad images a
 400 that leaves the replica serving; both new slots (VLM, embeddings) in the control plane."""
 
 from __future__ import annotations
@@ -56,6 +56,25 @@ def test_streaming_image_chat_matches_the_whole_answer(client):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_image_chat_choices_and_logprobs_through_the_sdk(client):
+    """n choices, each token with its log-probability and the likeliest others (greedy: the
+    chosen one is the first of them, and both choices are the same answer)."""
+    answer = client.chat.completions.create(
+        model=TINY_VLM_ID,
+        messages=image_message(png()),
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        n=2,
+    )
+    first, second = answer.choices
+    assert (first.index, second.index) == (0, 1) and first.message.content == second.message.content
+    entries = first.logprobs.content
+    assert len(entries) == 4 and answer.usage.completion_tokens == 8
+    assert all(e.top_logprobs[0].token == e.token and e.logprob <= 0 and len(e.top_logprobs) == 2 for e in entries)
 
 
 def test_vlm_completions_in_ominix_shape(http):

@@ -214,11 +214,15 @@ async def test_the_n_limit_is_the_slots_configured_one(slots, tmp_path):
         assert (await http.post(CHAT, json={"messages": HELLO, "n": 2})).status_code == 200
 
 
-@pytest.mark.parametrize(
-    "extra, param",
-    [({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"reasoning_effort": "low"}, "reasoning_effort")],
-)
+@pytest.mark.parametrize("extra, param", [({"n": 5}, "n"), ({"reasoning_effort": "low"}, "reasoning_effort")])
 async def test_a_vision_model_refuses_what_it_cannot_serve(http, slots, extra, param):
     r = await http.post(CHAT, json={"model": "ominix-tiny-qwen2-vl", "messages": HELLO, **extra})
-    assert_openai_error(r, 400, param)
+    assert param == "reasoning_effort" or "vlm.max_n" in assert_openai_error(r, 400, param)["message"]
     assert not slots["vlm"].calls
+
+
+async def test_a_vision_model_is_asked_for_logprobs_and_choices(http, slots):
+    body = {"model": "ominix-tiny-qwen2-vl", "messages": HELLO, "logprobs": True, "top_logprobs": 2, "n": 4}
+    assert (await http.post(CHAT, json=body)).status_code == 200
+    (request, _images) = slots["vlm"].calls[-1][1]
+    assert request.logprob_count() == 2 and request.choice_count() == 4

@@ -148,7 +148,7 @@ def check_choice_count(state: IngressState, slot: str, request: SamplingRequest)
     """n over the slot's limit is a 400 before the slot sees the request."""
     limit = state.catalog.slots[slot].options.get("max_n", DEFAULT_MAX_N)
     if request.choice_count() > limit:
-        raise invalid_request(f"n: at most {limit} choices per request are served here (llm.max_n)", "n")
+        raise invalid_request(f"n: at most {limit} choices per request are served here ({slot}.max_n)", "n")
 
 
 def message_content(total: GenerationChunk) -> Optional[str]:
@@ -218,13 +218,10 @@ def image_limits(state: IngressState) -> ImageLimits:
     return ImageLimits.from_dict(state.catalog.slots["vlm"].options.get("image_limits"))
 
 
-def check_vlm_fields(request: ChatCompletionRequest) -> None:
-    """What the LLM slot serves and mlx-vlm's one-sequence generation here cannot: a 400 naming
-    the field, never an answer without it."""
-    if request.choice_count() > 1:
-        raise invalid_request("n: the VLM slot generates one choice per request", "n")
-    if request.logprobs:
-        raise invalid_request("logprobs: the VLM slot does not return log-probabilities", "logprobs")
+def check_vlm_fields(state: IngressState, request: ChatCompletionRequest) -> None:
+    """What the LLM slot serves and the VLM slot cannot: a 400 naming the field, never an answer
+    without it."""
+    check_choice_count(state, "vlm", request)
     if request.reasoning_effort is not None:
         raise invalid_request("reasoning_effort: not served by the VLM slot", "reasoning_effort")
     refuse_constraints(request)
@@ -250,7 +247,7 @@ def refuse_constraints(request: ChatCompletionRequest) -> None:
 async def chat_serving(state: IngressState, request: ChatCompletionRequest) -> ServingChat:
     """The serving class that answers this chat request on a local slot, with its images loaded."""
     if serves_vision(state, request.model):
-        check_vlm_fields(request)
+        check_vlm_fields(state, request)
         return ServingChat(state, "vlm", tuple(await load_images(request.messages, image_limits(state))))
     if request.has_images():
         vision = state.catalog.ids("vlm")

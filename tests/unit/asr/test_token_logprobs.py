@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from deployments.asr.engine import ASREngine, EngineConfig, TranscribeOptions
-from deployments.asr.token_logprobs import _byte_decoder, decode_with_logprobs, segment_logprobs
+from deployments.asr.token_logprobs import decode_with_logprobs, segment_logprobs
+from deployments.protocol.logprobs import byte_level_table
 from tests.speech import silence, speak
 
 SPEECH = "Please send the quarterly report to the finance team."
@@ -36,7 +37,7 @@ def test_segments_claim_their_own_tokens_in_order():
 
 
 def test_the_byte_alphabet_is_gpt2s():
-    decoder = _byte_decoder()
+    decoder = byte_level_table()
     assert len(decoder) == 256 and sorted(decoder.values()) == list(range(256))
     assert (decoder["Ġ"], decoder["!"], decoder["Ċ"]) == (32, 33, 10)
 

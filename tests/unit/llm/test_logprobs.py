@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from deployments.llm.logprobs import TokenBytes, entry
+from deployments.generation.logprobs import TokenBytes, entry
 
 
 def test_byte_level_bpe_tokens_give_back_the_text_byte_for_byte(tiny_tokenizer):

@@ -12,12 +12,12 @@ import pytest
 from mlx_lm import load, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
+from deployments.generation.logprobs import entry
 from deployments.generation.sampling import SamplingParams
 from deployments.hub import resolve_model_dir
 from deployments.llm.adapter_files import load_layout
 from deployments.llm.engine import EngineConfig, LLMEngine
 from deployments.llm.example_adapters import ADAPTERS, PROBE
-from deployments.llm.logprobs import entry
 from deployments.llm.prompts import chat_prompt
 from deployments.protocol.openai import ChatCompletionRequest
 

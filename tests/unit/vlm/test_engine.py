@@ -71,3 +71,45 @@ async def test_leaving_the_stream_aborts_the_generation(engine):
     await stream.aclose()
     _, last = await run(engine, user(), [])  # the engine serves the next request
     assert last.usage.completion_tokens == 6 and engine.stats["aborted"] == before + 1
+
+
+async def test_each_token_comes_with_its_log_probability_and_the_likeliest_others(engine):
+    messages, images = user({"type": "image"}), [png(64, 48)]
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    chunks = [c async for c in engine.generate(messages, images, params, logprobs=3)]
+    entries = [e for c in chunks for e in (c.logprobs or [])]
+    assert len(entries) == chunks[-1].usage.completion_tokens == 6
+    for e in entries:  # greedy: the chosen token is the likeliest, with its own value
+        assert len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
+        assert e.top_logprobs[0].logprob == e.logprob <= 0
+        assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
+    plain = [c async for c in engine.generate(messages, images, params)]
+    assert all(c.logprobs is None for c in plain)
+    assert "".join(c.content for c in plain) == "".join(c.content for c in chunks)
+
+
+async def test_the_log_probabilities_are_those_the_sampler_saw(engine):
+    """After logit_bias, as the LLM reports them: a token biased far above the rest is chosen with
+    a log-probability of ~0."""
+    messages, images = user({"type": "image"}), [png(64, 48)]
+    token = engine._processor.tokenizer.encode(" blue", add_special_tokens=False)[0]
+    params = SamplingParams(max_tokens=3, temperature=0.0, logit_bias={token: 100.0})
+    chunks = [c async for c in engine.generate(messages, images, params, logprobs=0)]
+    entries = [e for c in chunks for e in c.logprobs or []]
+    assert [e.token for e in entries] == [" blue"] * 3
+    assert all(e.logprob > -1e-3 and e.top_logprobs == [] for e in entries)
+
+
+async def test_n_choices_come_one_after_the_other_with_the_usage_of_all(engine):
+    messages, images = user({"type": "image"}), [png(64, 48)]
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=7)
+    chunks = [c async for c in engine.generate(messages, images, params, n=3)]
+    finals = [c for c in chunks if c.finish_reason]
+    assert [c.index for c in finals] == [0, 1, 2] and chunks[-1].usage is not None
+    assert [c.usage is not None for c in finals] == [False, False, True]  # once, on the last
+    texts = ["".join(c.content for c in chunks if c.index == i) for i in range(3)]
+    single = [c async for c in engine.generate(messages, images, params)]
+    assert texts[0] == "".join(c.content for c in single)  # the same seed, the same first choice
+    assert len(set(texts)) > 1  # sampled: the choices differ
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens == single[-1].usage.prompt_tokens and usage.completion_tokens == 12

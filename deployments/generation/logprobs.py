@@ -1,34 +1,22 @@
-"""Log-probabilities of generated tokens: the bytes each token id stands for, and one token's
-entry (its log-probability and the most likely alternatives) in OpenAI's shape.
+"""Log-probabilities of generated tokens, as the LLM and VLM engines report them: the bytes each
+token id stands for, and one token's entry (its log-probability and the most likely
+alternatives) in OpenAI's shape.
 
-The numbers come from mlx-lm's BatchGenerator, which hands back, with every sampled token, the
-log-softmax of the logits its sampler saw: after the logits processors (logit_bias, penalties,
-any constraint mask), before temperature and top-p/top-k/min-p, as vLLM reports them by default.
-The engine picks the chosen token's value and the top k out of that row (engine.py); this
-module turns ids into text. No MLX here: the vocabulary comes from mlx-lm's detokenizer.
+The numbers come from mlx-lm's BatchGenerator (mlx-vlm's generate step likewise), which hands
+back, with every sampled token, the log-softmax of the logits its sampler saw: after the logits
+processors (logit_bias, penalties, any constraint mask), before temperature and
+top-p/top-k/min-p, as vLLM reports them by default. The engine picks the chosen token's value
+and the top k out of that row (deployments/llm/engine.py, deployments/vlm/engine.py); this
+module turns ids into text. No MLX here: the vocabulary comes from the detokenizer.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
-from deployments.protocol.logprobs import TokenLogprob, token_logprob
+from deployments.protocol.logprobs import TokenLogprob, byte_level_table, token_logprob
 
 SPM_SPACE = "\u2581".encode()  # SentencePiece's word boundary
-
-
-@functools.lru_cache(maxsize=1)
-def _byte_level_table() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet: the character that stands for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {chr(b): b for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in printable:
-            table[chr(256 + shifted)] = b
-            shifted += 1
-    return table
 
 
 class TokenBytes:
@@ -38,7 +26,7 @@ class TokenBytes:
 
     def __init__(self, tokenizer: Any):
         self._tokenizer = tokenizer
-        self._tokenmap = getattr(tokenizer.detokenizer, "tokenmap", None)
+        self._tokenmap = getattr(getattr(tokenizer, "detokenizer", None), "tokenmap", None)
         self._cache: dict[int, bytes] = {}
 
     def __call__(self, token: int) -> bytes:
@@ -55,7 +43,7 @@ class TokenBytes:
         if isinstance(piece, bytes):  # SentencePiece: byte tokens already hold their byte
             return piece.replace(SPM_SPACE, b" ")
         if isinstance(piece, str):  # byte-level BPE; added tokens (<|im_end|>) are plain text
-            table = _byte_level_table()
+            table = byte_level_table()
             if all(c in table for c in piece):
                 return bytes(table[c] for c in piece)
             return piece.encode("utf-8")
