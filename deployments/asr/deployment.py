@@ -200,14 +200,19 @@ class ASRSlot(SlotReplica):
     # ------------------------------------------------------------------ streaming sessions
 
     async def stream_create(
-        self, language: Optional[str] = None, overrides: Optional[dict] = None, diarize: bool = False
+        self,
+        language: Optional[str] = None,
+        overrides: Optional[dict] = None,
+        diarize: bool = False,
+        prompt: Optional[str] = None,
+        logprobs: bool = False,
     ) -> dict:
         """A new session on the request's model; its sid names this replica. `diarize`: each
         segment gets a speaker (the diarization engine starts here, so turned off is a 400 now)."""
         engine = await self.engine()
         # Diarized: word times, so each utterance's segments are timed by its words and cut
         # where the speaker changes (StreamSession.segments).
-        options = TranscribeOptions(language=language, word_timestamps=diarize)
+        options = TranscribeOptions(language=language, prompt=prompt, word_timestamps=diarize, logprobs=logprobs)
         engine.check_options(options)
         speakers = None
         if diarize:

@@ -267,6 +267,8 @@ class SessionHost:
         final = {"text": text, "start": round(cut.start / RATE, 3), "end": round(cut.end / RATE, 3)}
         if session.speakers is not None:  # provisional: the clustering of what was heard so far
             final["speaker"] = session.opening_speaker()
+        if live.options.logprobs:
+            final["logprobs"] = transcript.logprobs()
         return final
 
     def _start_partial(self, live: LiveSession) -> None:

@@ -96,6 +96,7 @@ def unset(fields: dict, key: str, name: str, why: str, served: tuple = (None,)) 
         raise RealtimeError(f"`{name}.{key}` is not served: {why}", f"{name}.{key}", "unsupported_parameter")
 
 
+LOGPROBS_INCLUDE = "item.input_audio_transcription.logprobs"
 SEMANTIC_FIELDS = ("type", "eagerness", "create_response", "interrupt_response")
 # semantic_vad's eagerness -> (the pause that asks whether the words are finished, the pause that
 # ends the turn anyway); OpenAI's longest waits: low 8 s, medium 4 s, high 2 s; auto is medium.
@@ -148,6 +149,7 @@ class TranscriptionSession:
     language: Optional[str] = None
     prompt: Optional[str] = None
     turn_detection: Optional[TurnDetection] = TurnDetection()  # None: manual commits
+    logprobs: bool = False  # include: each transcription's token log-probabilities
 
     def stream_overrides(self) -> dict:
         if self.turn_detection is None:
@@ -160,6 +162,7 @@ class TranscriptionSession:
         if self.turn_detection is not None:
             turn = self.turn_detection.shown()
         return {
+            **({"include": [LOGPROBS_INCLUDE]} if self.logprobs else {}),
             "type": "transcription",
             "id": session_id,
             "object": "realtime.transcription_session",
@@ -179,13 +182,12 @@ class TranscriptionSession:
         if session.get("type", self.TYPE) != self.TYPE:
             raise RealtimeError(f"This connection serves {self.TYPE} sessions only", "session.type")
         known_fields(session, self.FIELDS, "session")
-        unset(session, "include", "session", "no extra output fields (such as logprobs) are served", (None, []))
+        new = self._with_include(session)
         audio = object_at(session, "audio", "session.audio")
         known_fields(audio, self.AUDIO, "session.audio")
         audio_input = object_at(audio, "input", "session.audio.input")
         known_fields(audio_input, INPUT_FIELDS, "session.audio.input")
         unset(audio_input, "noise_reduction", "session.audio.input", "no noise reduction runs before the ASR slot")
-        new = self
         if "format" in audio_input:
             fmt = audio_format(audio_input["format"], "session.audio.input.format", RATES)
             new = replace(new, input_format=fmt)
@@ -200,6 +202,19 @@ class TranscriptionSession:
         if "turn_detection" in audio_input:
             new = replace(new, turn_detection=_turn_detection(audio_input["turn_detection"]))
         return new
+
+    def _with_include(self, session: dict) -> TranscriptionSession:
+        """`include`: null, [] or the transcriptions' log-probabilities, the one extra served."""
+        if "include" not in session:
+            return self
+        include = session["include"] or []
+        if not isinstance(include, list) or any(item != LOGPROBS_INCLUDE for item in include):
+            raise RealtimeError(
+                f"`session.include` is not served beyond [{LOGPROBS_INCLUDE!r}]",
+                "session.include",
+                "unsupported_parameter",
+            )
+        return replace(self, logprobs=bool(include))
 
 
 def object_at(parent: dict, key: str, name: str) -> dict:

@@ -111,6 +111,7 @@ class ConversationSession(TranscriptionSession):
             "tool_choice": self.tool_choice,
             "truncation": self.truncation,
             "audio": {"input": transcription["audio"]["input"], "output": output},
+            **({"include": transcription["include"]} if "include" in transcription else {}),
         }
 
     def updated(self, session: Any) -> ConversationSession:

@@ -215,10 +215,12 @@ async def test_realtime_server_vad_transcribes_each_utterance(server, speech_pcm
 
 
 async def test_realtime_manual_commit(server, speech_pcm):
+    """Manual commits, the transcription's token log-probabilities included."""
     update = {
         "type": "session.update",
         "session": {
             "type": "transcription",
+            "include": ["item.input_audio_transcription.logprobs"],
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}},
         },
     }
@@ -233,3 +235,6 @@ async def test_realtime_manual_commit(server, speech_pcm):
         "conversation.item.input_audio_transcription.completed",
     ]
     assert word_error_rate(FIRST, events[-1]["transcript"]) <= 0.3, events[-1]
+    logprobs = events[-1]["logprobs"]
+    assert "".join(t["token"] for t in logprobs).strip() == events[-1]["transcript"]
+    assert all(t["logprob"] <= 0 for t in logprobs) and events[-2]["logprobs"] == logprobs

@@ -211,8 +211,11 @@ def streaming_asr(host) -> FakeClient:
     from deployments.diarization.track import SpeakerTrack
 
     return FakeClient(
-        stream_create=lambda language, overrides, diarize=False, model=None: host.create(
-            Engine(), TranscribeOptions(language), overrides, SpeakerTrack() if diarize else None
+        stream_create=lambda language, overrides, diarize=False, prompt=None, logprobs=False, model=None: host.create(
+            Engine(),
+            TranscribeOptions(language, prompt=prompt, logprobs=logprobs),
+            overrides,
+            SpeakerTrack() if diarize else None,
         ),
         stream_feed=lambda sid, pcm, finish=False, model=None: host.feed(sid, pcm, finish),
         stream_commit=lambda sid, model=None: host.commit(sid),

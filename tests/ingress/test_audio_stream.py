@@ -30,7 +30,7 @@ def state_answer(sid, pcm=b"", finish=False, model=None):
 def slots():
     slots = default_slots()
     slots["asr"] = FakeClient(
-        stream_create=lambda language, overrides, diarize, model=None: {
+        stream_create=lambda language, overrides, diarize, prompt, logprobs, model=None: {
             "sid": SID,
             "model": model,
             "sample_rate": 16000,
@@ -45,7 +45,11 @@ def slots():
 async def test_session_calls_are_routed_by_their_sid(http, slots):
     asr = slots["asr"]
     r = await http.post(SESSIONS, params={"model": "whisper-tiny.en", "language": "en"})
-    assert r.json()["sid"] == SID and asr.calls[0] == ("stream_create", ("en", None, False), "whisper-tiny.en")
+    assert r.json()["sid"] == SID and asr.calls[0] == (
+        "stream_create",
+        ("en", None, False, None, False),
+        "whisper-tiny.en",
+    )
     r = await http.post(f"{SESSIONS}/{SID}", content=b"\x00\x00" * 8000, params={"finish": "1"})
     assert r.status_code == 200 and r.json()["final"] and r.json()["buffer_s"] == 0.5
     assert (await http.get(f"{SESSIONS}/{SID}")).status_code == 200
@@ -80,7 +84,7 @@ async def test_the_session_cap_is_a_429_with_retry_after(http, slots):
     table = SessionTable(1, 600, lambda t: replica_key("r", t))
     table.create(None, StreamConfig())
 
-    def full(language, overrides, diarize, model=None):
+    def full(language, overrides, diarize, prompt, logprobs, model=None):
         table.create(None, StreamConfig())
 
     slots["asr"].answers["stream_create"] = full

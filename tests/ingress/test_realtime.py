@@ -67,6 +67,25 @@ def test_server_vad_ends_each_utterance_after_its_pause(app, host):
     assert len(host.table) == 0  # the ASR session ended with the socket
 
 
+def test_the_transcription_prompt_and_logprobs_reach_the_asr_session(app, host):
+    """`transcription.prompt` is Whisper's prompt for every utterance; `include` logprobs puts the
+    tokens' log-probabilities on the delta and completed events (the fake decoder has none)."""
+    session = {
+        "include": ["item.input_audio_transcription.logprobs"],
+        "audio": {"input": {"transcription": {"prompt": "FIFA, quarterly"}}},
+    }
+    with TestClient(app).websocket_connect(URL) as ws:
+        assert "include" not in ws.receive_json()["session"]
+        ws.send_json({"type": "session.update", "session": session})
+        assert until(ws, "session.updated")[-1]["session"]["include"] == session["include"]
+        (live,) = host._live.values()
+        assert live.options.prompt == "FIFA, quarterly" and live.options.logprobs
+        for loud, seconds in ((True, 0.6), (False, 0.4), (False, 0.4)):
+            append(ws, pcm(seconds, loud, rate=24000))
+        *_, delta, completed = until(ws, "conversation.item.input_audio_transcription.completed")
+        assert delta["logprobs"] == completed["logprobs"] == []
+
+
 def test_manual_commits_and_clear(app):
     with TestClient(app).websocket_connect(URL) as ws:
         ws.receive_json()

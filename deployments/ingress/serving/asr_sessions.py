@@ -32,9 +32,11 @@ class ServingASRSessions:
         language: Optional[str] = None,
         overrides: Optional[dict] = None,
         diarize: bool = False,
+        prompt: Optional[str] = None,
+        logprobs: bool = False,
     ):
         resolved = self.state.catalog.resolve("asr", model)
-        return await self.asr.call("stream_create", language, overrides, diarize, model=resolved)
+        return await self.asr.call("stream_create", language, overrides, diarize, prompt, logprobs, model=resolved)
 
     async def call(self, method: str, sid: str, *args: Any) -> dict:
         """A session's request, on the replica its sid names."""

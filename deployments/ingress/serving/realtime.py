@@ -72,7 +72,9 @@ class Connection:
     async def open(self, config: TranscriptionSession) -> None:
         """(Re)start the ASR session with `config`; failures leave the old one in place."""
         overrides = config.stream_overrides()
-        created = await self.streams.create(config.model, config.language, overrides)
+        created = await self.streams.create(
+            config.model, config.language, overrides, prompt=config.prompt, logprobs=config.logprobs
+        )
         await self.close_session()
         self.sid, self.item = created["sid"], None
         self.config = replace(config, model=created["model"])  # the model that serves it, by name
@@ -138,11 +140,21 @@ class Connection:
         await self.send(event("input_audio_buffer.committed", item_id=item, previous_item_id=self.previous_item))
         text = utterance["text"]
         common = {"item_id": item, "content_index": 0}
+        # With include logprobs, the utterance's tokens' (the one delta holds them all).
+        logprobs = {"logprobs": utterance.get("logprobs", [])} if self.config.logprobs else {}
         if text:
-            await self.send(event("conversation.item.input_audio_transcription.delta", delta=text, **common))
+            await self.send(
+                event("conversation.item.input_audio_transcription.delta", delta=text, **common, **logprobs)
+            )
         usage = {"type": "duration", "seconds": round(utterance["end"] - utterance["start"], 3)}
         await self.send(
-            event("conversation.item.input_audio_transcription.completed", transcript=text, usage=usage, **common)
+            event(
+                "conversation.item.input_audio_transcription.completed",
+                transcript=text,
+                usage=usage,
+                **common,
+                **logprobs,
+            )
         )
         self.previous_item, self.item = item, None
 

@@ -167,7 +167,8 @@ def test_usage_counts_the_llm_tokens_and_no_audio_tokens():
             "session.audio.input.turn_detection.idle_timeout_ms",
             "unsupported_parameter",
         ),
-        ({"include": ["item.input_audio_transcription.logprobs"]}, "session.include", "unsupported_parameter"),
+        ({"include": ["message.output_audio.logprobs"]}, "session.include", "unsupported_parameter"),
+        ({"include": "item.input_audio_transcription.logprobs"}, "session.include", "unsupported_parameter"),
         ({"prompt": {"id": "pmpt_1"}}, "session.prompt", "unsupported_parameter"),
         (
             {"truncation": {"type": "retention_ratio", "retention_ratio": 0.5}},
@@ -181,6 +182,12 @@ def test_fields_that_would_change_the_answer_are_served_or_refused_by_name(updat
     with pytest.raises(RealtimeError) as error:
         ConversationSession().updated(update)
     assert error.value.param == param and (code is None or error.value.code == code)
+
+
+def test_the_transcriptions_logprobs_are_served_when_included():
+    session = ConversationSession().updated({"include": ["item.input_audio_transcription.logprobs"]})
+    assert session.logprobs and session.as_event_session("s")["include"] == ["item.input_audio_transcription.logprobs"]
+    assert not session.updated({"include": None}).logprobs
 
 
 def test_fields_that_change_nothing_are_accepted():
