@@ -2,11 +2,13 @@
 
 ADTS frames stand alone (each has its own header), so they can leave as soon as ffmpeg writes
 them. A reader thread drains ffmpeg's stdout (so that a write to its stdin can never wait on a
-full stdout pipe) and counts the complete frames. After a write, `write` waits, at most
-`SETTLE_S`, until the frames for what was sent are out: ffmpeg's AAC encoder holds back under
-`HELD_FRAMES` frames of 1024 samples (measured at 16, 24 and 44.1 kHz). Past that wait the bytes go with
-the next write, later but never lost. `abort` (and the object's collection) kills the process,
-for a stream whose listener left.
+full stdout pipe) and counts the complete frames. After a write, `write` waits until the frames
+that audio is due are out: all of it in 1024-sample frames but `HELD_FRAMES`, what ffmpeg holds
+back (its AAC encoder's delay and a partial input packet: at most 3 frames measured at 16, 24
+and 44.1 kHz, one more kept in hand). So each write returns what it is due however loaded the
+machine, as libsndfile's formats do; only an ffmpeg stuck for `DUE_TIMEOUT_S` lets a write
+return short, its bytes then going with the next one. `abort` (and the object's collection)
+kills the process, for a stream whose listener left.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import threading
 import weakref
 
 FRAME_SAMPLES = 1024  # an AAC-LC frame
-HELD_FRAMES = 3
-SETTLE_S = 1.0
+HELD_FRAMES = 4
+DUE_TIMEOUT_S = 30.0
 _ADTS_HEADER = 7
 
 
@@ -41,7 +43,7 @@ class AacStream:
         except BrokenPipeError:
             self._fail()
         self._samples += len(pcm16) // 2
-        self._output.wait_for_frames(self._samples // FRAME_SAMPLES - HELD_FRAMES, SETTLE_S)
+        self._output.wait_for_frames(self._samples // FRAME_SAMPLES - HELD_FRAMES, DUE_TIMEOUT_S)
         return self._output.take()
 
     def close(self, timeout_s: float = 60.0) -> bytes:
