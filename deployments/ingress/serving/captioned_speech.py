@@ -11,6 +11,7 @@ other model or language is a 400 naming `return_timestamps`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -70,7 +71,8 @@ async def _whole(speech: SpeechStream, fmt: str) -> dict:
         parts.append(samples)
         words += chunk_words
     audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    return caption(encode(audio, speech.sample_rate, fmt), fmt, words)
+    data = await asyncio.to_thread(encode, audio, speech.sample_rate, fmt)  # a codec: off the event loop
+    return caption(data, fmt, words)
 
 
 async def _streamed(speech: SpeechStream, fmt: str) -> AsyncIterator[dict]:
