@@ -17,6 +17,7 @@ from deployments.tts.kokoro_onnx import ConversionError, convert, scope_module
 from deployments.tts.model_hooks import kokoro_lang_code
 from deployments.tts.sentences import split_sentences
 from tests.speech import word_error_rate
+from tests.speech import words as words_of
 
 SENTENCE = "The quick brown fox jumps over the lazy dog. Please schedule the meeting for Tuesday afternoon."
 
@@ -239,4 +240,6 @@ async def test_word_timings_cut_out_the_words_whisper_hears_there(kokoro_engine,
         (heard,) = await whisper.transcribe(
             [np.concatenate([pad, resample(clip, 24000, 16000), pad])], TranscribeOptions(language="en")
         )
-        assert word_error_rate(" ".join(names[i : j + 1]), heard.text) <= 0.34, (first, last, heard.text)
+        # every word cut out is heard, and little else (Whisper may add an article: "A quick...")
+        span, said = words_of(" ".join(names[i : j + 1])), words_of(heard.text)
+        assert set(span) <= set(said) and len(said) <= len(span) + 1, (first, last, heard.text)
