@@ -30,7 +30,6 @@ import math
 import queue
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -52,7 +51,7 @@ from deployments.llm.prompts import Prompt
 from deployments.llm.sampler import RowSampler
 from deployments.llm.tool_calls import parse_tool_calls
 from deployments.protocol.errors import APIError, invalid_request, server_error
-from deployments.protocol.generation import GenerationChunk, merge_by_choice
+from deployments.protocol.generation import GenerationChunk, merge_by_choice, merged_chunks
 from deployments.protocol.logprobs import TokenLogprob
 from deployments.protocol.openai import PromptTokensDetails, UsageInfo
 
@@ -303,13 +302,8 @@ class LLMEngine(EngineThread[_Request]):
         if guided is not None and len(guided.masks) != n:
             raise ValueError(f"{len(guided.masks)} token masks for {n} choices")
         request = _Request(prompt, params, tools, n, logprobs, guided, adapter=adapter)
-        async with aclosing(self.stream(request, merge=merge_by_choice)) as items:
-            async for item in items:
-                if isinstance(item, list):
-                    for chunk in item:
-                        yield chunk
-                else:
-                    yield item
+        async for chunk in merged_chunks(self.stream(request, merge=merge_by_choice)):
+            yield chunk
 
     @property
     def serves_adapters(self) -> bool:

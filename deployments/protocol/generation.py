@@ -9,6 +9,8 @@ from (`logprobs`; None when they were not asked for).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Optional
 
 from pydantic import BaseModel, Field
@@ -74,6 +76,17 @@ def merge_by_choice(chunks: list[GenerationChunk]) -> list[GenerationChunk]:
         else:
             merged.append(chunk)
     return merged
+
+
+async def merged_chunks(
+    items: AsyncIterator[GenerationChunk | list[GenerationChunk]],
+) -> AsyncIterator[GenerationChunk]:
+    """An engine thread's stream merged with `merge_by_choice` (what piled up comes as a list),
+    as single chunks; leaving early closes the stream, which stops the generation."""
+    async with aclosing(items):
+        async for item in items:
+            for chunk in item if isinstance(item, list) else [item]:
+                yield chunk
 
 
 def collect_choices(chunks: list[GenerationChunk]) -> tuple[dict[int, GenerationChunk], Optional[UsageInfo]]:

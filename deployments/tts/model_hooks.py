@@ -159,7 +159,7 @@ def kokoro_spoken_words(model: Any, text: str, kwargs: dict[str, Any]) -> Iterat
     same pipeline with the same options. Punctuation is not a word."""
     pipeline = model._get_pipeline(kwargs.get("lang_code", "a"))
     pipeline.voices = {}  # as `generate` does: a voice given by path is read anew
-    voice = kwargs.get("voice") or "af_heart"
+    voice = kwargs.get("voice") or KOKORO_DEFAULT_VOICE
     for result in pipeline(text, voice=voice, speed=kwargs.get("speed", 1.0), split_pattern=r"\n+"):
         if result.audio is None:
             continue

@@ -23,7 +23,6 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -32,7 +31,7 @@ from deployments.engine_thread import EngineThread, Message
 from deployments.generation.logprobs import TokenBytes, entry
 from deployments.generation.output import OutputParser
 from deployments.generation.sampling import SamplingParams
-from deployments.protocol.generation import GenerationChunk, merge_by_choice
+from deployments.protocol.generation import GenerationChunk, merge_by_choice, merged_chunks
 from deployments.protocol.logprobs import TokenLogprob
 from deployments.protocol.openai import UsageInfo
 
@@ -88,7 +87,7 @@ class VLMEngine(EngineThread[VLMJob]):
         """Stream the generation; closing the iterator early stops it after the current token.
         `logprobs`: each token's entry with that many alternatives (None: no entries); `n`
         choices, each chunk naming its `index`."""
-        return _flattened(self.stream(VLMJob(messages, images, sampling, logprobs, n), merge=merge_by_choice))
+        return merged_chunks(self.stream(VLMJob(messages, images, sampling, logprobs, n), merge=merge_by_choice))
 
     # ------------------------------------------------------------------ engine thread
 
@@ -202,11 +201,3 @@ class VLMEngine(EngineThread[VLMJob]):
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
         )
-
-
-async def _flattened(items: AsyncIterator) -> AsyncIterator[GenerationChunk]:
-    """The engine thread's items as chunks: what piled up comes merged by choice, as a list."""
-    async with aclosing(items):
-        async for item in items:
-            for chunk in item if isinstance(item, list) else [item]:
-                yield chunk
