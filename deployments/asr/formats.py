@@ -36,10 +36,8 @@ def render(
     """(body, content type): a dict for the JSON formats (checked against their typed models in
     deployments/protocol/transcription.py), a string for the others."""
     if response_format == "json":
-        logprobs = transcript.logprobs() if include_logprobs else None
-        return Transcription(text=transcript.text, logprobs=logprobs).model_dump(exclude_none=True), CONTENT_TYPES[
-            "json"
-        ]
+        body = Transcription(text=transcript.text, logprobs=transcript.logprobs() if include_logprobs else None)
+        return body.model_dump(exclude_none=True), CONTENT_TYPES["json"]
     if response_format == "verbose_json":
         return verbose_json(transcript, include_words), CONTENT_TYPES["verbose_json"]
     if response_format == "text":

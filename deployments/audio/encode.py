@@ -106,7 +106,8 @@ class StreamEncoder:
     send what libsndfile has encoded so far (`_EncodedStream`), `aac` what ffmpeg has
     (`AacStream`). `flac` collects the samples and encodes the whole audio in `finish`: a FLAC
     stream's header cannot carry its length, and soundfile, among other readers, then refuses it.
-    A stream that ends before `finish` (its listener left) calls `abort`.
+    A stream that may end before `finish` (its listener left) is used as a context manager,
+    whose exit calls `abort`.
     """
 
     def __init__(self, fmt: str, sample_rate: int):
@@ -146,6 +147,12 @@ class StreamEncoder:
         """Drop the stream unfinished: an encoder process (aac) stops now, not at collection."""
         if isinstance(self._encoded, AacStream):
             self._encoded.abort()
+
+    def __enter__(self) -> StreamEncoder:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.abort()
 
     def _header(self) -> bytes:
         if self.fmt != "wav" or self._header_sent:

@@ -78,9 +78,8 @@ async def _whole(speech: SpeechStream, fmt: str) -> dict:
 async def _streamed(speech: SpeechStream, fmt: str) -> AsyncIterator[dict]:
     """A line per chunk that has bytes to send; words whose audio has no bytes out yet (an
     encoder holding them back, flac's whole file) wait for the next line that has."""
-    encoder = StreamEncoder(fmt, speech.sample_rate)
     waiting: list[SpokenWord] = []
-    try:
+    with StreamEncoder(fmt, speech.sample_rate) as encoder:  # stopped if the listener leaves
         async for samples, words in speech.spoken():
             waiting += words
             if data := await encoder_step(encoder, encoder.feed, samples):
@@ -89,8 +88,6 @@ async def _streamed(speech: SpeechStream, fmt: str) -> AsyncIterator[dict]:
         tail = await encoder_step(encoder, encoder.finish)
         if tail or waiting:
             yield caption(tail, fmt, waiting)
-    finally:  # the listener left mid-stream
-        encoder.abort()
 
 
 async def _lines(objects: AsyncIterator[dict]) -> AsyncIterator[bytes]:

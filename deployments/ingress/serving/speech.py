@@ -140,7 +140,7 @@ async def audio_response(speech: SpeechStream, fmt: str) -> Response:
         return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
 
     async def body() -> AsyncIterator[bytes]:
-        try:
+        with encoder:  # stopped if the listener leaves mid-stream
             try:
                 async for samples in speech.audio():
                     yield await encoder_step(encoder, encoder.feed, samples)
@@ -148,8 +148,6 @@ async def audio_response(speech: SpeechStream, fmt: str) -> Response:
                 logger.warning("Speech stream failed after its headers were sent: %s", from_exception(e).message)
             if tail := await encoder_step(encoder, encoder.finish):
                 yield tail
-        finally:  # the listener left mid-stream
-            encoder.abort()
 
     return StreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=headers)
 
@@ -176,16 +174,14 @@ def openai_sse(speech: SpeechStream, fmt: str = "pcm") -> StreamingResponse:
     `speech.audio.done` (no [DONE] line: OpenAI's speech stream has none)."""
 
     async def events() -> AsyncIterator[dict]:
-        encoder, samples = StreamEncoder(fmt, speech.sample_rate), 0
-        try:
+        samples = 0
+        with StreamEncoder(fmt, speech.sample_rate) as encoder:  # stopped if the listener leaves
             async for chunk in speech.audio():
                 samples += chunk.size
                 if data := await encoder_step(encoder, encoder.feed, chunk):
                     yield {"type": "speech.audio.delta", "audio": _b64(data)}
             if tail := await encoder_step(encoder, encoder.finish):
                 yield {"type": "speech.audio.delta", "audio": _b64(tail)}
-        finally:  # the listener left mid-stream
-            encoder.abort()
         # Token counts do not exist for this model family: reported as 0, with the real duration.
         usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         yield {"type": "speech.audio.done", "usage": usage, "audio_seconds": samples / speech.sample_rate}

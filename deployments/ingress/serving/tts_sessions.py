@@ -178,15 +178,12 @@ class TTSSession:
 
     async def _send_audio(self, speech: SpeechStream) -> bytes:
         """Progress events with the audio as it is encoded; the encoder's tail, to send last."""
-        encoder = StreamEncoder(self.settings.format, speech.sample_rate)
-        try:
+        with StreamEncoder(self.settings.format, speech.sample_rate) as encoder:  # stopped if the client leaves
             async for samples in speech.audio():
                 if audio := await encoder_step(encoder, encoder.feed, samples):
                     await self._progress(audio, False)
             # A text with no audio still gets a WAV header in wav mode; then the final marker.
             return await encoder_step(encoder, encoder.finish)
-        finally:  # the client left mid-text
-            encoder.abort()
 
     def _params(self, message: dict[str, Any]) -> SynthesisParams:
         """A task_continue's text (within the slot's limit) with the session's settings."""
